@@ -1,0 +1,258 @@
+//! `runner-patch apply`: resolve the tags, plan each image, push what is patched, report, and
+//! write the digest map of everything that was completed.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use futures_util::StreamExt;
+use oci_client::secrets::RegistryAuth;
+
+use super::Status;
+use crate::cli::{ApplyArgs, Backend, Global};
+use crate::digest_map::{DigestMap, ImageRecord};
+use crate::patch::{Outcome, PatchSpec};
+use crate::plan::{plan_image, ImagePlan};
+use crate::push::{push, PushOptions, PushReport};
+use crate::registry::{Registry, Repo};
+use crate::version::Version;
+
+/// Credentials for CI from the environment; anonymous otherwise.
+fn auth_from_env() -> RegistryAuth {
+    match (
+        std::env::var("RUNNER_PATCH_USERNAME"),
+        std::env::var("RUNNER_PATCH_PASSWORD"),
+    ) {
+        (Ok(u), Ok(p)) if !u.is_empty() => RegistryAuth::Basic(u, p),
+        _ => RegistryAuth::Anonymous,
+    }
+}
+
+/// The vLLM version a runner tag names (`cuda12.9-vllm0.27.1` -> 0.27.1), and whether it is a
+/// `-dev` tag; `None` for tags of another backend, service, or per-platform companions.
+pub fn tag_version(backend: Backend, tag: &str) -> Option<(Version, bool)> {
+    let rest = tag.strip_prefix(backend.prefix())?;
+    if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let (_, v) = rest.split_once("-vllm")?;
+    let (v, dev) = match v.strip_suffix("-dev") {
+        Some(v) => (v, true),
+        None => (v, false),
+    };
+    if !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
+        return None;
+    }
+    Version::parse(v).map(|ver| (ver, dev))
+}
+
+/// Checks that an explicit tag belongs to the backend.
+fn check_tag(backend: Backend, tag: &str) -> Result<()> {
+    let p = backend.prefix();
+    let ok = tag
+        .strip_prefix(p)
+        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()));
+    if !ok {
+        bail!("tag {tag:?} is not a {p} tag (expected {p}<version>-..., e.g. {p}12.9-vllm0.27.1)");
+    }
+    if tag.is_empty()
+        || tag.len() > 128
+        || !tag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        bail!("tag {tag:?} is not a valid tag");
+    }
+    Ok(())
+}
+
+/// Lists the repository and keeps the backend's multi-arch tags in the patch's affected range.
+async fn discover(
+    reg: &Registry,
+    repo: &Repo,
+    backend: Backend,
+    spec: &PatchSpec,
+    include_dev: bool,
+) -> Result<Vec<String>> {
+    let mut tags: Vec<String> = reg
+        .tags_list(repo)
+        .await?
+        .into_iter()
+        .filter(|t| match tag_version(backend, t) {
+            Some((v, dev)) => (include_dev || !dev) && spec.affected.contains(&v),
+            None => false,
+        })
+        .collect();
+    tags.sort();
+    tracing::info!(
+        "found {} affected {} tag(s) in {repo}",
+        tags.len(),
+        backend.prefix()
+    );
+    Ok(tags)
+}
+
+/// One tag's end: a plan (and what its push did), or an error.
+struct Finished {
+    tag: String,
+    result: Result<(ImagePlan, Option<PushReport>)>,
+}
+
+pub fn run(g: &Global, a: &ApplyArgs) -> Result<Status> {
+    let spec = Arc::new(super::load_patch(g).map_err(|e| anyhow!(e))?);
+    let source = Repo::parse(&a.repository).map_err(|e| anyhow!("--repository: {e}"))?;
+    let target = match &a.target_repository {
+        Some(t) => Repo::parse(t).map_err(|e| anyhow!("--target-repository: {e}"))?,
+        None => source.clone(),
+    };
+    for t in &a.tags {
+        check_tag(a.backend, t)?;
+    }
+    if !a
+        .tag_suffix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        bail!(
+            "--tag-suffix {:?} may hold only letters, digits, '.', '_' and '-'",
+            a.tag_suffix
+        );
+    }
+    if a.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(spec, source, target, a))
+}
+
+async fn run_async(
+    spec: Arc<PatchSpec>,
+    source: Repo,
+    target: Repo,
+    a: &ApplyArgs,
+) -> Result<Status> {
+    let reg = Arc::new(Registry::new(&[&source, &target], auth_from_env()));
+    let tags = if a.tags.is_empty() {
+        discover(&reg, &source, a.backend, &spec, a.include_dev).await?
+    } else {
+        a.tags.clone()
+    };
+    let opts = PushOptions { force: a.force };
+    let finished: Vec<Finished> = futures_util::stream::iter(tags.into_iter().map(|tag| {
+        let (reg, spec, source, target) = (reg.clone(), spec.clone(), source.clone(), target.clone());
+        let target_tag = format!("{tag}{}", a.tag_suffix);
+        let dry_run = a.dry_run;
+        async move {
+            let result = async {
+                let plan = plan_image(reg.clone(), spec, &source, &tag, &target, &target_tag).await?;
+                for p in &plan.platforms {
+                    tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
+                }
+                let report = if plan.outcome == Outcome::Patched && !dry_run {
+                    let r = push(&reg, &plan, opts).await?;
+                    tracing::info!(
+                        "{tag}: pushed {target}:{target_tag} ({} blob(s) uploaded, {} bytes; {} mounted, {} copied, {} already there; {} manifest(s))",
+                        r.blobs_uploaded, r.bytes_uploaded, r.blobs_mounted, r.blobs_copied, r.blobs_skipped, r.manifests_pushed
+                    );
+                    Some(r)
+                } else {
+                    None
+                };
+                Ok((plan, report))
+            }
+            .await;
+            Finished { tag, result }
+        }
+    }))
+    .buffered(a.jobs)
+    .collect()
+    .await;
+
+    let mut records = Vec::new();
+    let mut status = Status::Success;
+    let mut rows = Vec::new();
+    for f in &finished {
+        match &f.result {
+            Ok((plan, _)) => {
+                let rec = ImageRecord::from_plan(plan);
+                if plan.outcome == Outcome::Refused && status == Status::Success {
+                    status = Status::Refused;
+                }
+                for d in &rec.dropped_attestations {
+                    tracing::warn!("{}: attestation manifest {d} left out of the patched index (it describes the unpatched image)", f.tag);
+                }
+                rows.push(summary_row(&rec));
+                records.push(rec);
+            }
+            Err(e) => {
+                status = Status::Error;
+                eprintln!("runner-patch: error: {}:{}: {e:#}", source, f.tag);
+                rows.push(format!(
+                    "{:<48} {:<16} {}",
+                    format!("{source}:{}", f.tag),
+                    "error",
+                    "see above"
+                ));
+            }
+        }
+    }
+    let map = DigestMap::new(&spec.id, records);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&map)?);
+    } else {
+        println!("{:<48} {:<16} DIGEST", "IMAGE", "OUTCOME");
+        for r in rows {
+            println!("{r}");
+        }
+    }
+    if a.dry_run {
+        tracing::info!("dry run: nothing pushed, no digest map written");
+    } else {
+        map.write(&a.manifest)
+            .map_err(|e| anyhow!("cannot write digest map {}: {e}", a.manifest.display()))?;
+        tracing::info!("digest map written to {}", a.manifest.display());
+    }
+    Ok(status)
+}
+
+fn summary_row(rec: &ImageRecord) -> String {
+    let short = |d: &str| {
+        d.strip_prefix("sha256:").map_or(d.to_owned(), |h| {
+            format!("sha256:{}", &h[..12.min(h.len())])
+        })
+    };
+    let digest = match &rec.patched_digest {
+        Some(p) if *p != rec.original_digest => {
+            format!("{} -> {}", short(&rec.original_digest), short(p))
+        }
+        _ => short(&rec.original_digest),
+    };
+    let mut row = format!("{:<48} {:<16} {}", rec.source, rec.outcome, digest);
+    for p in &rec.platforms {
+        row.push_str(&format!(
+            "\n  {:<46} {:<16} {}",
+            p.platform, p.outcome, p.reason
+        ));
+    }
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_versions() {
+        let v = |t| tag_version(Backend::Cuda, t).map(|(v, d)| (v.to_string(), d));
+        assert_eq!(v("cuda12.9-vllm0.27.1"), Some(("0.27.1".into(), false)));
+        assert_eq!(v("cuda12.9-vllm0.27.1-dev"), Some(("0.27.1".into(), true)));
+        assert_eq!(v("cuda12.9-vllm0.27.1-linux-amd64"), None);
+        assert_eq!(v("cuda12.9-sglang0.5.1"), None);
+        assert_eq!(v("rocm7.2-vllm0.25.1"), None);
+        let c = tag_version(Backend::Cann, "cann9.0-910b-vllm0.20.2").map(|(v, _)| v.to_string());
+        assert_eq!(c.as_deref(), Some("0.20.2"));
+        assert!(check_tag(Backend::Cuda, "rocm7.2-vllm0.25.1").is_err());
+        assert!(check_tag(Backend::Cuda, "cuda12.9-vllm0.27.1").is_ok());
+    }
+}

@@ -1,0 +1,78 @@
+//! One orchestrator per command, and the mapping from results to exit codes:
+//! 0 success, 1 something was refused (or, for checks, differs), 2 an error.
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command, Global};
+use crate::patch::PatchSpec;
+
+pub mod apply;
+pub mod patch_file;
+pub mod patches;
+
+/// Exit statuses, as documented in the README.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Success,
+    Refused,
+    Error,
+}
+
+impl From<Status> for ExitCode {
+    fn from(s: Status) -> Self {
+        match s {
+            Status::Success => ExitCode::SUCCESS,
+            Status::Refused => ExitCode::from(1),
+            Status::Error => ExitCode::from(2),
+        }
+    }
+}
+
+fn init_logging(g: &Global) {
+    let default = if g.quiet {
+        "error"
+    } else {
+        match g.verbose {
+            0 => "warn,runner_patch=info",
+            1 => "info,runner_patch=debug",
+            _ => "debug,runner_patch=trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNNER_PATCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::env::var_os("NO_COLOR").is_none()
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// Loads the chosen patch from the built-in catalogue or `--patches-dir`.
+pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
+    let specs = match &g.patches_dir {
+        Some(dir) => crate::patches::from_dir(dir)?,
+        None => crate::patches::builtin()?,
+    };
+    crate::patches::select(specs, g.patch.as_deref())
+}
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging(&cli.global);
+    let status = match &cli.command {
+        Command::Apply(a) => apply::run(&cli.global, a),
+        Command::PatchFile(a) => patch_file::run(&cli.global, a),
+        Command::Patches(a) => patches::run(&cli.global, a),
+    };
+    match status {
+        Ok(s) => s.into(),
+        Err(e) => {
+            eprintln!("runner-patch: error: {e:#}");
+            Status::Error.into()
+        }
+    }
+}

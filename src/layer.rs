@@ -1,0 +1,187 @@
+//! The one new layer: the patched file at its original path with its original owner and mode,
+//! plus whiteouts for stale bytecode. Built in memory (it is a few KiB) and made reproducible:
+//! sorted entries, fixed headers, a gzip header without time or name, one pinned deflate backend.
+
+use std::io::Write;
+
+use flate2::{Compression, GzBuilder};
+
+use crate::digest::HashingWriter;
+use crate::scan::FileEntry;
+
+/// A finished layer blob with both of its digests.
+#[derive(Debug, Clone)]
+pub struct NewLayer {
+    pub bytes: Vec<u8>,
+    /// sha256 of the compressed bytes (the blob digest).
+    pub digest: String,
+    /// sha256 of the uncompressed tar (the config's `rootfs.diff_ids` entry).
+    pub diff_id: String,
+    pub media_type: String,
+    pub mtime: u64,
+}
+
+/// Parses an RFC 3339 time into Unix seconds.
+pub fn parse_rfc3339(s: &str) -> Result<u64, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time: {e}"))?;
+    u64::try_from(t.unix_timestamp()).map_err(|_| format!("{s:?} is before 1970"))
+}
+
+/// The mtime for the patched file: the patch's own time, moved by a second if the original had
+/// exactly that time, so a timestamp-checked `.pyc` can never match it.
+pub fn new_mtime(patch_mtime: u64, original: &FileEntry) -> u64 {
+    if patch_mtime == original.mtime {
+        patch_mtime + 1
+    } else {
+        patch_mtime
+    }
+}
+
+/// Builds the layer. `whiteouts` are full paths of files to hide (`.wh.<name>` entries are made).
+pub fn build(
+    original: &FileEntry,
+    content: &[u8],
+    whiteouts: &[String],
+    mtime: u64,
+    media_type: &str,
+) -> std::io::Result<NewLayer> {
+    let compressed = HashingWriter::new(Vec::new());
+    let gz = GzBuilder::new()
+        .mtime(0)
+        .write(compressed, Compression::new(6));
+    let uncompressed = HashingWriter::new(gz);
+    let mut tar = tar::Builder::new(uncompressed);
+    tar.mode(tar::HeaderMode::Complete);
+
+    // Entries in path order: whiteouts in `__pycache__/` sort before the file itself.
+    let mut entries: Vec<(String, Option<&[u8]>)> = whiteouts
+        .iter()
+        .map(|w| {
+            let (dir, name) = w.rsplit_once('/').unwrap_or(("", w.as_str()));
+            let path = if dir.is_empty() {
+                format!(".wh.{name}")
+            } else {
+                format!("{dir}/.wh.{name}")
+            };
+            (path, None)
+        })
+        .collect();
+    entries.push((original.path.clone(), Some(content)));
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|a, b| a.0 == b.0);
+
+    for (path, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(mtime);
+        match data {
+            Some(bytes) => {
+                h.set_mode(original.mode);
+                h.set_uid(original.uid);
+                h.set_gid(original.gid);
+                if let Some(u) = &original.uname {
+                    h.set_username(u)?;
+                }
+                if let Some(g) = &original.gname {
+                    h.set_groupname(g)?;
+                }
+                h.set_size(bytes.len() as u64);
+                tar.append_data(&mut h, &path, bytes)?;
+            }
+            None => {
+                h.set_mode(0o644);
+                h.set_uid(0);
+                h.set_gid(0);
+                h.set_size(0);
+                tar.append_data(&mut h, &path, std::io::empty())?;
+            }
+        }
+    }
+    let uncompressed = tar.into_inner()?;
+    let (gz, diff_id, _) = uncompressed.finish();
+    let compressed = gz.finish()?;
+    let (mut out, digest, _) = compressed.finish();
+    out.flush()?;
+    Ok(NewLayer {
+        bytes: out,
+        digest,
+        diff_id,
+        media_type: media_type.to_owned(),
+        mtime,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::EntryKind;
+
+    fn entry() -> FileEntry {
+        FileEntry {
+            path: "usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py".into(),
+            kind: EntryKind::Regular,
+            mode: 0o644,
+            uid: 1000,
+            gid: 1001,
+            uname: Some("app".into()),
+            gname: Some("grp".into()),
+            mtime: 1_700_000_000,
+            content: b"old".to_vec(),
+        }
+    }
+
+    #[test]
+    fn layer_is_reproducible_and_readable() {
+        let wh = vec!["usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/__pycache__/multi_connector.cpython-312.pyc".to_owned()];
+        let a = build(
+            &entry(),
+            b"new\n",
+            &wh,
+            1_800_000_000,
+            crate::media::OCI_LAYER_GZIP,
+        )
+        .expect("build");
+        let b = build(
+            &entry(),
+            b"new\n",
+            &wh,
+            1_800_000_000,
+            crate::media::OCI_LAYER_GZIP,
+        )
+        .expect("build");
+        assert_eq!(a.digest, b.digest);
+        assert_eq!(a.digest, crate::digest::sha256(&a.bytes));
+        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&a.bytes[..]));
+        let names: Vec<(String, u64, u64, u32)> = ar
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                let h = e.header();
+                (
+                    e.path().expect("path").to_string_lossy().into_owned(),
+                    h.uid().expect("uid"),
+                    h.mtime().expect("mtime"),
+                    h.mode().expect("mode"),
+                )
+            })
+            .collect();
+        assert_eq!(names.len(), 2);
+        assert!(names[0]
+            .0
+            .ends_with("__pycache__/.wh.multi_connector.cpython-312.pyc"));
+        assert_eq!(names[1].0, entry().path);
+        assert_eq!(
+            (names[1].1, names[1].2, names[1].3),
+            (1000, 1_800_000_000, 0o644)
+        );
+    }
+
+    #[test]
+    fn mtime_always_changes() {
+        let e = entry();
+        assert_eq!(new_mtime(e.mtime, &e), e.mtime + 1);
+        assert_eq!(new_mtime(5, &e), 5);
+    }
+}

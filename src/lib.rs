@@ -1,0 +1,21 @@
+//! runner-patch: patches released runner images at the registry.
+//!
+//! Data flows one way, one module per step: a reference ([`registry`]) gives manifests and
+//! configs ([`media`]); [`scan`] finds the file the container sees; [`patch`] decides and edits
+//! it; [`layer`] builds the new layer; [`rewrite`] appends it to config, manifest and index;
+//! [`plan`] holds all of that per image; [`push`] writes it; [`digest_map`] records it.
+
+pub mod cli;
+pub mod cmd;
+pub mod digest;
+pub mod digest_map;
+pub mod layer;
+pub mod media;
+pub mod patch;
+pub mod patches;
+pub mod plan;
+pub mod push;
+pub mod registry;
+pub mod rewrite;
+pub mod scan;
+pub mod version;

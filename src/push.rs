@@ -1,0 +1,208 @@
+//! Pushing a plan in the order that never leaves a dangling reference: blobs, then patched
+//! platform manifests by digest, then the index by digest, and the tag last, only if the source
+//! tag still points at what was patched. Whatever the target already holds is not sent again.
+
+use std::collections::HashSet;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::media::{Descriptor, Document};
+use crate::plan::ImagePlan;
+use crate::registry::{Registry, Repo};
+
+/// What a push did, for the report and the digest map.
+#[derive(Debug, Clone, Default)]
+pub struct PushReport {
+    pub blobs_uploaded: usize,
+    pub blobs_mounted: usize,
+    pub blobs_copied: usize,
+    pub blobs_skipped: usize,
+    pub bytes_uploaded: u64,
+    pub manifests_pushed: usize,
+    pub tag_moved: bool,
+}
+
+/// Options that change what a push may overwrite.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PushOptions {
+    /// Overwrite the tag even if it moved since it was read.
+    pub force: bool,
+}
+
+/// Makes one blob present in the target: skip, mount, or stream it across.
+async fn ensure_blob(
+    reg: &Registry,
+    source: &Repo,
+    target: &Repo,
+    desc: &Descriptor,
+    seen: &mut HashSet<String>,
+    rep: &mut PushReport,
+) -> Result<()> {
+    if !seen.insert(desc.digest.clone()) {
+        return Ok(());
+    }
+    if reg.blob_exists(target, &desc.digest).await? {
+        rep.blobs_skipped += 1;
+        return Ok(());
+    }
+    if source.registry == target.registry
+        && source.repository != target.repository
+        && reg.blob_mount(target, source, &desc.digest).await
+    {
+        rep.blobs_mounted += 1;
+        return Ok(());
+    }
+    reg.blob_copy(source, target, desc).await?;
+    rep.blobs_copied += 1;
+    Ok(())
+}
+
+/// Uploads a blob this tool made, unless the target has it.
+async fn put_new_blob(
+    reg: &Registry,
+    target: &Repo,
+    digest: &str,
+    bytes: &[u8],
+    seen: &mut HashSet<String>,
+    rep: &mut PushReport,
+) -> Result<()> {
+    if !seen.insert(digest.to_owned()) {
+        return Ok(());
+    }
+    if reg.blob_exists(target, digest).await? {
+        rep.blobs_skipped += 1;
+        return Ok(());
+    }
+    reg.blob_put(target, digest, bytes.to_vec()).await?;
+    rep.blobs_uploaded += 1;
+    rep.bytes_uploaded += bytes.len() as u64;
+    Ok(())
+}
+
+/// PUTs a manifest by digest unless the target already has it.
+async fn put_manifest_by_digest(
+    reg: &Registry,
+    target: &Repo,
+    doc: &Document,
+    rep: &mut PushReport,
+) -> Result<()> {
+    if reg
+        .manifest_digest(&target.at_digest(&doc.digest))
+        .await?
+        .as_deref()
+        == Some(doc.digest.as_str())
+    {
+        return Ok(());
+    }
+    reg.manifest_put(&target.at_digest(&doc.digest), doc)
+        .await?;
+    rep.manifests_pushed += 1;
+    Ok(())
+}
+
+fn descriptors(doc: &Document) -> Result<Vec<Descriptor>> {
+    let mut out = Vec::new();
+    if let Some(c) = doc.json.get("config") {
+        out.push(
+            Descriptor::from_json(c, &format!("manifest {} config", doc.digest))
+                .map_err(|e| anyhow!(e))?,
+        );
+    }
+    for (i, l) in doc
+        .json
+        .get("layers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        out.push(
+            Descriptor::from_json(l, &format!("manifest {} layers[{i}]", doc.digest))
+                .map_err(|e| anyhow!(e))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Pushes a patched plan. The tag is written last; any failure before leaves it untouched.
+pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result<PushReport> {
+    let Some(new_top) = &plan.new_top else {
+        bail!("nothing to push for {}:{}", plan.source, plan.tag);
+    };
+    let (source, target) = (&plan.source, &plan.target);
+    let other_repo = source != target;
+    let mut rep = PushReport::default();
+    let mut seen = HashSet::new();
+
+    for p in &plan.platforms {
+        match &p.new {
+            Some(new) => {
+                let kept = descriptors(&p.original)?;
+                if other_repo {
+                    // Every original layer (the config is replaced).
+                    for d in kept.iter().skip(1) {
+                        ensure_blob(reg, source, target, d, &mut seen, &mut rep)
+                            .await
+                            .with_context(|| format!("copying {} layers", p.platform))?;
+                    }
+                }
+                put_new_blob(
+                    reg,
+                    target,
+                    &new.layer.digest,
+                    &new.layer.bytes,
+                    &mut seen,
+                    &mut rep,
+                )
+                .await?;
+                put_new_blob(
+                    reg,
+                    target,
+                    &new.config_digest,
+                    &new.config,
+                    &mut seen,
+                    &mut rep,
+                )
+                .await?;
+                put_manifest_by_digest(reg, target, &new.manifest, &mut rep).await?;
+            }
+            None if other_repo => {
+                for d in descriptors(&p.original)? {
+                    ensure_blob(reg, source, target, &d, &mut seen, &mut rep).await?;
+                }
+                put_manifest_by_digest(reg, target, &p.original, &mut rep).await?;
+            }
+            None => {}
+        }
+    }
+    // For a single-manifest tag this is the manifest just pushed, and the HEAD skips it.
+    put_manifest_by_digest(reg, target, new_top, &mut rep).await?;
+
+    // The source tag must still point at what was read, or this would overwrite someone's push.
+    let now = reg.manifest_digest(&source.at_tag(&plan.tag)).await?;
+    if now.as_deref() != Some(plan.original.digest.as_str()) && !opts.force {
+        bail!(
+            "{}:{} moved while patching (was {}, now {}); not overwriting it (use --force to override)",
+            source,
+            plan.tag,
+            plan.original.digest,
+            now.as_deref().unwrap_or("absent")
+        );
+    }
+    let tref = target.at_tag(&plan.target_tag);
+    if reg.manifest_digest(&tref).await?.as_deref() != Some(new_top.digest.as_str()) {
+        reg.manifest_put(&tref, new_top).await?;
+        rep.tag_moved = true;
+        let served = reg.manifest_digest(&tref).await?;
+        if served.as_deref() != Some(new_top.digest.as_str()) {
+            bail!(
+                "{target}:{} serves {} after the push, not {}",
+                plan.target_tag,
+                served.as_deref().unwrap_or("nothing"),
+                new_top.digest
+            );
+        }
+    }
+    Ok(rep)
+}

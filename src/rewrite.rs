@@ -1,0 +1,203 @@
+//! Minimal edits on JSON values: append the new layer to a config and a manifest, and point an
+//! index at the patched children. Everything not named here keeps its value and its place
+//! (serde_json keeps key order), so Docker-only fields survive.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::media::{is_attestation, Document};
+
+/// The label recording which patches an image carries (comma-separated ids).
+pub const PATCH_LABEL: &str = "dev.runner-patch.patches";
+
+/// Appends a diff_id, a history entry and the patch label to an image config.
+pub fn config_append(
+    config: &[u8],
+    config_digest: &str,
+    diff_id: &str,
+    patch_id: &str,
+    created: &str,
+    comment: &str,
+    layer_count: usize,
+) -> Result<Vec<u8>, String> {
+    let mut v: Value = serde_json::from_slice(config)
+        .map_err(|e| format!("config {config_digest} is not JSON: {e}"))?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| format!("config {config_digest} is not a JSON object"))?;
+    let diff_ids = obj
+        .get_mut("rootfs")
+        .and_then(|r| r.get_mut("diff_ids"))
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("config {config_digest} has no rootfs.diff_ids"))?;
+    if diff_ids.len() != layer_count {
+        return Err(format!(
+            "config {config_digest} lists {} diff_ids for {layer_count} layers; refusing to extend an inconsistent image",
+            diff_ids.len()
+        ));
+    }
+    diff_ids.push(Value::String(diff_id.to_owned()));
+    let history = obj
+        .entry("history")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(h) = history.as_array_mut() {
+        h.push(json!({
+            "created": created,
+            "created_by": format!("runner-patch: {patch_id}"),
+            "comment": comment,
+        }));
+    } else {
+        return Err(format!("config {config_digest}: history is not a list"));
+    }
+    let cfg = obj
+        .entry("config")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if cfg.is_null() {
+        *cfg = Value::Object(Map::new());
+    }
+    let cfg = cfg
+        .as_object_mut()
+        .ok_or_else(|| format!("config {config_digest}: config is not an object"))?;
+    let labels = cfg
+        .entry("Labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if labels.is_null() {
+        *labels = Value::Object(Map::new());
+    }
+    let labels = labels
+        .as_object_mut()
+        .ok_or_else(|| format!("config {config_digest}: config.Labels is not an object"))?;
+    let value = match labels.get(PATCH_LABEL).and_then(Value::as_str) {
+        Some(old) if old.split(',').any(|p| p == patch_id) => old.to_owned(),
+        Some(old) if !old.is_empty() => format!("{old},{patch_id}"),
+        _ => patch_id.to_owned(),
+    };
+    labels.insert(PATCH_LABEL.to_owned(), Value::String(value));
+    serde_json::to_vec(&v).map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+}
+
+/// Points a manifest at the new config and appends the new layer descriptor.
+pub fn manifest_append(
+    manifest: &Document,
+    config_digest: &str,
+    config_size: u64,
+    layer_media_type: &str,
+    layer_digest: &str,
+    layer_size: u64,
+) -> Result<Document, String> {
+    let mut v = manifest.json.clone();
+    let what = format!("manifest {}", manifest.digest);
+    let cfg = v
+        .get_mut("config")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| format!("{what} has no config descriptor"))?;
+    cfg.insert("digest".into(), Value::String(config_digest.to_owned()));
+    cfg.insert("size".into(), Value::from(config_size));
+    let layers = v
+        .get_mut("layers")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("{what} has no layers list"))?;
+    layers.push(json!({"mediaType": layer_media_type, "size": layer_size, "digest": layer_digest}));
+    Ok(Document::from_value(v, &manifest.media_type))
+}
+
+/// Replaces child descriptors in place (same order, platform and annotations) and drops
+/// attestation children, which would point at pre-patch digests. Returns the dropped digests.
+pub fn index_replace(
+    index: &Document,
+    replaced: &HashMap<String, (String, u64)>,
+) -> Result<(Document, Vec<String>), String> {
+    let mut v = index.json.clone();
+    let what = format!("index {}", index.digest);
+    let manifests = v
+        .get_mut("manifests")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("{what} has no manifests list"))?;
+    let mut dropped = Vec::new();
+    manifests.retain(|m| {
+        if is_attestation(m) {
+            dropped.push(
+                m.get("digest")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            false
+        } else {
+            true
+        }
+    });
+    for m in manifests.iter_mut() {
+        let old = m
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if let Some((digest, size)) = replaced.get(&old) {
+            if let Some(o) = m.as_object_mut() {
+                o.insert("digest".into(), Value::String(digest.clone()));
+                o.insert("size".into(), Value::from(*size));
+            }
+        }
+    }
+    Ok((Document::from_value(v, &index.media_type), dropped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_edit_keeps_unknown_fields_and_order() {
+        let cfg = br#"{"architecture":"amd64","container_config":{"Hostname":"x","Cmd":["a"]},"config":{"Env":["A=1"],"Labels":null},"docker_version":"24.0","rootfs":{"type":"layers","diff_ids":["sha256:aa"]},"history":[{"created_by":"x"}],"zzz":1}"#;
+        let out = config_append(
+            cfg,
+            "sha256:c",
+            "sha256:bb",
+            "p1",
+            "2026-11-30T00:00:00Z",
+            "c",
+            1,
+        )
+        .expect("edit");
+        let v: Value = serde_json::from_slice(&out).expect("json");
+        let keys: Vec<&String> = v.as_object().expect("obj").keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "architecture",
+                "container_config",
+                "config",
+                "docker_version",
+                "rootfs",
+                "history",
+                "zzz"
+            ]
+        );
+        assert_eq!(v["container_config"]["Hostname"], "x");
+        assert_eq!(v["rootfs"]["diff_ids"][1], "sha256:bb");
+        assert_eq!(v["history"][1]["created_by"], "runner-patch: p1");
+        assert_eq!(v["config"]["Labels"][PATCH_LABEL], "p1");
+        assert!(config_append(cfg, "sha256:c", "sha256:bb", "p1", "t", "c", 2).is_err());
+    }
+
+    #[test]
+    fn index_keeps_order_and_drops_attestations() {
+        let idx = Document::parse(
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"m","digest":"sha256:a","size":1,"platform":{"os":"linux","architecture":"amd64"},"annotations":{"k":"v"}},{"mediaType":"m","digest":"sha256:b","size":2,"platform":{"os":"linux","architecture":"arm64"}},{"mediaType":"m","digest":"sha256:c","size":3,"platform":{"os":"unknown","architecture":"unknown"}}]}"#.to_vec(),
+            "test index",
+        )
+        .expect("parse");
+        let mut r = HashMap::new();
+        r.insert("sha256:a".to_owned(), ("sha256:a2".to_owned(), 10));
+        let (out, dropped) = index_replace(&idx, &r).expect("rewrite");
+        assert_eq!(dropped, ["sha256:c"]);
+        let m = out.json["manifests"].as_array().expect("list");
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0]["digest"], "sha256:a2");
+        assert_eq!(m[0]["size"], 10);
+        assert_eq!(m[0]["annotations"]["k"], "v");
+        assert_eq!(m[1]["digest"], "sha256:b");
+    }
+}
