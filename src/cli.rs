@@ -97,7 +97,7 @@ pub struct ApplyArgs {
     #[arg(long, value_name = "REPO")]
     pub target_repository: Option<String>,
     /// Appended to each tag for the patched image (default: none, the patched image takes over).
-    #[arg(long, value_name = "S", default_value = "")]
+    #[arg(long, value_name = "S", default_value = "", allow_hyphen_values = true)]
     pub tag_suffix: String,
     /// Where the digest map is written.
     #[arg(

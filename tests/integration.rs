@@ -1,0 +1,10 @@
+//! Integration tests: the real binary against the CNCF distribution registry on loopback, with
+//! fixture images from `fixtures/build.py`, and results checked by skopeo, umoci and GNU tar.
+
+#[path = "it/harness.rs"]
+mod harness;
+
+#[path = "it/apply.rs"]
+mod apply;
+#[path = "it/refuse.rs"]
+mod refuse;

@@ -1,0 +1,202 @@
+//! Test harness: a throw-away registry process, fixture seeding, the CLI, and the independent
+//! clients (skopeo, umoci, GNU tar) used to check what the tool pushed.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const REPO: &str = "gpustack/runner";
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn need(bin: &str) {
+    let ok = Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(ok, "{bin} is not installed: run .ci/run (or apt-get install docker-registry skopeo umoci) first");
+}
+
+/// A distribution registry on 127.0.0.1 with its own storage, killed on drop.
+pub struct Registry {
+    pub dir: tempfile::TempDir,
+    pub addr: String,
+    child: Child,
+}
+
+impl Registry {
+    pub fn start() -> Self {
+        need("docker-registry");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let addr = format!("127.0.0.1:{port}");
+        let cfg = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+            dir.path().join("storage").display()
+        );
+        std::fs::write(dir.path().join("config.yml"), cfg).expect("write config");
+        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn docker-registry");
+        let reg = Registry { dir, addr, child };
+        let start = Instant::now();
+        while http_status(&reg.addr, "/v2/") != Some(200) {
+            assert!(start.elapsed() < Duration::from_secs(20), "registry did not come up: {}", reg.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reg
+    }
+
+    pub fn repo(&self) -> String {
+        format!("{}/{REPO}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Every file in the registry's storage with its size: equal snapshots mean nothing was written.
+    pub fn storage(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        let base = self.dir.path().join("storage");
+        let mut stack = vec![base.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    out.insert(p.strip_prefix(&base).expect("prefix").display().to_string(), len);
+                }
+            }
+        }
+        out
+    }
+
+    /// Builds and pushes fixture images; returns the fixture summary.
+    pub fn seed(&self, only: &[&str]) -> Value {
+        let summary = self.dir.path().join(format!("summary-{}.json", only.join(",")));
+        let out = Command::new("python3")
+            .arg(root().join("fixtures/build.py"))
+            .args(["--registry", &self.addr, "--repository", REPO, "--only", &only.join(","), "--summary"])
+            .arg(&summary)
+            .output()
+            .expect("run fixtures/build.py");
+        assert!(out.status.success(), "fixture build failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&std::fs::read(&summary).expect("summary")).expect("summary json")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The result of one CLI run.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs the built binary in `cwd` with `args`.
+pub fn cli(cwd: &Path, args: &[&str]) -> Run {
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("RUNNER_PATCH_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run runner-patch");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `runner-patch apply --json` against this registry; returns the run.
+pub fn apply(reg: &Registry, cwd: &Path, backend: &str, tags: &[&str], extra: &[&str]) -> Run {
+    let repo = reg.repo();
+    let mut args = vec!["apply", "--backend", backend, "--repository", repo.as_str(), "--json"];
+    for t in tags {
+        args.push("--tag");
+        args.push(t);
+    }
+    args.extend_from_slice(extra);
+    cli(cwd, &args)
+}
+
+fn run_tool(bin: &str, args: &[&str]) -> Vec<u8> {
+    need(bin);
+    let out = Command::new(bin).args(args).output().unwrap_or_else(|e| panic!("{bin}: {e}"));
+    assert!(out.status.success(), "{bin} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// The raw manifest the registry serves, as skopeo (not this tool) reads it.
+pub fn skopeo_raw(reference: &str) -> Vec<u8> {
+    run_tool("skopeo", &["inspect", "--raw", "--tls-verify=false", &format!("docker://{reference}")])
+}
+
+/// The raw config blob of a single-platform reference, as skopeo reads it.
+pub fn skopeo_config(reference: &str) -> Value {
+    let raw = run_tool("skopeo", &["inspect", "--config", "--raw", "--tls-verify=false", &format!("docker://{reference}")]);
+    serde_json::from_slice(&raw).expect("config json")
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// Copies one platform into an OCI layout with skopeo and unpacks it with umoci (which checks
+/// every layer's diff_id); returns the rootfs path and the layout path.
+pub fn unpack(reference: &str, arch: &str, into: &Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(into).expect("mkdir");
+    let layout = into.join(format!("layout-{arch}"));
+    let bundle = into.join(format!("bundle-{arch}"));
+    run_tool(
+        "skopeo",
+        &["copy", "-q", "--src-tls-verify=false", "--override-os", "linux", "--override-arch", arch, &format!("docker://{reference}"), &format!("oci:{}:t", layout.display())],
+    );
+    run_tool("umoci", &["unpack", "--rootless", "--image", &format!("{}:t", layout.display()), &bundle.display().to_string()]);
+    (bundle.join("rootfs"), layout)
+}
+
+/// GNU tar's listing of a gzip layer blob (fails the test if tar rejects the archive).
+pub fn tar_list(blob: &Path) -> String {
+    need("tar");
+    let out = Command::new("tar").arg("-tvzf").arg(blob).output().expect("tar");
+    assert!(out.status.success(), "GNU tar rejects {}: {}", blob.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
