@@ -232,13 +232,11 @@ impl PatchSpec {
     pub fn check_guard(&self, guard: &Guard, bytes: &[u8]) -> Option<String> {
         let text = String::from_utf8_lossy(bytes);
         let lines: Vec<&str> = text.lines().collect();
-        let Some(class_at) = lines.iter().position(|l| {
+        let class_at = lines.iter().position(|l| {
             let t = l.trim_start();
             t.starts_with(&format!("class {}(", guard.class))
                 || t.starts_with(&format!("class {}:", guard.class))
-        }) else {
-            return None;
-        };
+        })?;
         let class_indent = indent_of(lines[class_at]).len();
         let body = lines[class_at + 1..]
             .iter()

@@ -208,6 +208,12 @@ async fn run_async(
     }
     if a.dry_run {
         tracing::info!("dry run: nothing pushed, no digest map written");
+    } else if map.images.is_empty() {
+        // Keep whatever map is there: an empty one would erase the record of an earlier run.
+        tracing::warn!(
+            "no image completed; {} left as it was",
+            a.manifest.display()
+        );
     } else {
         map.write(&a.manifest)
             .map_err(|e| anyhow!("cannot write digest map {}: {e}", a.manifest.display()))?;

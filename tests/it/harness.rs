@@ -19,7 +19,12 @@ pub fn root() -> PathBuf {
 }
 
 fn need(bin: &str) {
-    let ok = Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().map(|o| o.status.success()).unwrap_or(false);
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(ok, "{bin} is not installed: run .ci/run (or apt-get install docker-registry skopeo umoci) first");
 }
 
@@ -34,7 +39,11 @@ impl Registry {
     pub fn start() -> Self {
         need("docker-registry");
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
         let addr = format!("127.0.0.1:{port}");
         let cfg = format!(
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
@@ -52,7 +61,11 @@ impl Registry {
         let reg = Registry { dir, addr, child };
         let start = Instant::now();
         while http_status(&reg.addr, "/v2/") != Some(200) {
-            assert!(start.elapsed() < Duration::from_secs(20), "registry did not come up: {}", reg.log());
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "registry did not come up: {}",
+                reg.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         reg
@@ -78,7 +91,10 @@ impl Registry {
                     stack.push(p);
                 } else {
                     let len = e.metadata().map(|m| m.len()).unwrap_or(0);
-                    out.insert(p.strip_prefix(&base).expect("prefix").display().to_string(), len);
+                    out.insert(
+                        p.strip_prefix(&base).expect("prefix").display().to_string(),
+                        len,
+                    );
                 }
             }
         }
@@ -87,14 +103,29 @@ impl Registry {
 
     /// Builds and pushes fixture images; returns the fixture summary.
     pub fn seed(&self, only: &[&str]) -> Value {
-        let summary = self.dir.path().join(format!("summary-{}.json", only.join(",")));
+        let summary = self
+            .dir
+            .path()
+            .join(format!("summary-{}.json", only.join(",")));
         let out = Command::new("python3")
             .arg(root().join("fixtures/build.py"))
-            .args(["--registry", &self.addr, "--repository", REPO, "--only", &only.join(","), "--summary"])
+            .args([
+                "--registry",
+                &self.addr,
+                "--repository",
+                REPO,
+                "--only",
+                &only.join(","),
+                "--summary",
+            ])
             .arg(&summary)
             .output()
             .expect("run fixtures/build.py");
-        assert!(out.status.success(), "fixture build failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "fixture build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&std::fs::read(&summary).expect("summary")).expect("summary json")
     }
 }
@@ -124,7 +155,12 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
     }
 }
 
@@ -147,7 +183,14 @@ pub fn cli(cwd: &Path, args: &[&str]) -> Run {
 /// `runner-patch apply --json` against this registry; returns the run.
 pub fn apply(reg: &Registry, cwd: &Path, backend: &str, tags: &[&str], extra: &[&str]) -> Run {
     let repo = reg.repo();
-    let mut args = vec!["apply", "--backend", backend, "--repository", repo.as_str(), "--json"];
+    let mut args = vec![
+        "apply",
+        "--backend",
+        backend,
+        "--repository",
+        repo.as_str(),
+        "--json",
+    ];
     for t in tags {
         args.push("--tag");
         args.push(t);
@@ -158,19 +201,43 @@ pub fn apply(reg: &Registry, cwd: &Path, backend: &str, tags: &[&str], extra: &[
 
 fn run_tool(bin: &str, args: &[&str]) -> Vec<u8> {
     need(bin);
-    let out = Command::new(bin).args(args).output().unwrap_or_else(|e| panic!("{bin}: {e}"));
-    assert!(out.status.success(), "{bin} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "{bin} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
 /// The raw manifest the registry serves, as skopeo (not this tool) reads it.
 pub fn skopeo_raw(reference: &str) -> Vec<u8> {
-    run_tool("skopeo", &["inspect", "--raw", "--tls-verify=false", &format!("docker://{reference}")])
+    run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{reference}"),
+        ],
+    )
 }
 
 /// The raw config blob of a single-platform reference, as skopeo reads it.
 pub fn skopeo_config(reference: &str) -> Value {
-    let raw = run_tool("skopeo", &["inspect", "--config", "--raw", "--tls-verify=false", &format!("docker://{reference}")]);
+    let raw = run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--config",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{reference}"),
+        ],
+    );
     serde_json::from_slice(&raw).expect("config json")
 }
 
@@ -187,16 +254,44 @@ pub fn unpack(reference: &str, arch: &str, into: &Path) -> (PathBuf, PathBuf) {
     let bundle = into.join(format!("bundle-{arch}"));
     run_tool(
         "skopeo",
-        &["copy", "-q", "--src-tls-verify=false", "--override-os", "linux", "--override-arch", arch, &format!("docker://{reference}"), &format!("oci:{}:t", layout.display())],
+        &[
+            "copy",
+            "-q",
+            "--src-tls-verify=false",
+            "--override-os",
+            "linux",
+            "--override-arch",
+            arch,
+            &format!("docker://{reference}"),
+            &format!("oci:{}:t", layout.display()),
+        ],
     );
-    run_tool("umoci", &["unpack", "--rootless", "--image", &format!("{}:t", layout.display()), &bundle.display().to_string()]);
+    run_tool(
+        "umoci",
+        &[
+            "unpack",
+            "--rootless",
+            "--image",
+            &format!("{}:t", layout.display()),
+            &bundle.display().to_string(),
+        ],
+    );
     (bundle.join("rootfs"), layout)
 }
 
 /// GNU tar's listing of a gzip layer blob (fails the test if tar rejects the archive).
 pub fn tar_list(blob: &Path) -> String {
     need("tar");
-    let out = Command::new("tar").arg("-tvzf").arg(blob).output().expect("tar");
-    assert!(out.status.success(), "GNU tar rejects {}: {}", blob.display(), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("tar")
+        .arg("-tvzf")
+        .arg(blob)
+        .output()
+        .expect("tar");
+    assert!(
+        out.status.success(),
+        "GNU tar rejects {}: {}",
+        blob.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -7,24 +7,54 @@ use crate::harness::*;
 #[test]
 fn unpatchable_images_are_refused_and_nothing_is_pushed() {
     let reg = Registry::start();
-    reg.seed(&["cuda12.9-vllm0.27.1-noshape", "cuda12.9-vllm0.27.1-nofile", "cuda12.9-vllm0.27.1-symlink", "cann9.0-a3-vllm0.20.2"]);
+    reg.seed(&[
+        "cuda12.9-vllm0.27.1-noshape",
+        "cuda12.9-vllm0.27.1-nofile",
+        "cuda12.9-vllm0.27.1-symlink",
+        "cann9.0-a3-vllm0.20.2",
+    ]);
     let work = tempfile::tempdir().expect("tmp");
     let before = reg.storage();
     for (backend, tag, why) in [
         ("cuda", "cuda12.9-vllm0.27.1-noshape", "unrecognised shape"),
-        ("cuda", "cuda12.9-vllm0.27.1-nofile", "no layer holds a visible"),
+        (
+            "cuda",
+            "cuda12.9-vllm0.27.1-nofile",
+            "no layer holds a visible",
+        ),
         ("cuda", "cuda12.9-vllm0.27.1-symlink", "symbolic link"),
-        ("cann", "cann9.0-a3-vllm0.20.2", "Ascend path needs its own patch"),
+        (
+            "cann",
+            "cann9.0-a3-vllm0.20.2",
+            "Ascend path needs its own patch",
+        ),
     ] {
-        let run = apply(&reg, work.path(), backend, &[tag], &["--manifest", "m.json"]);
+        let run = apply(
+            &reg,
+            work.path(),
+            backend,
+            &[tag],
+            &["--manifest", "m.json"],
+        );
         assert_eq!(run.code, 1, "{tag}: {}", run.stderr);
         let map = run.json();
         let img = &map["images"][0];
         assert_eq!(img["outcome"], "refused");
         assert_eq!(img["patched_digest"], Value::Null);
-        assert!(img["reason"].as_str().expect("reason").contains(why), "{tag}: {}", img["reason"]);
+        assert!(
+            img["reason"].as_str().expect("reason").contains(why),
+            "{tag}: {}",
+            img["reason"]
+        );
         // The reason names the platform and, when there is one, the path.
-        assert!(img["reason"].as_str().expect("reason").starts_with("linux/"), "{}", img["reason"]);
+        assert!(
+            img["reason"]
+                .as_str()
+                .expect("reason")
+                .starts_with("linux/"),
+            "{}",
+            img["reason"]
+        );
     }
     assert_eq!(reg.storage(), before, "a refused image pushed something");
 }
@@ -43,24 +73,103 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
     };
     let tagged = format!("{repo}:tag");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["apply", "--backend", "rocm", "--repository", "Not A Repo!", "--tag", "rocm7.2-vllm0.25.1"], "not a valid repository"),
-        (vec!["apply", "--backend", "tpu", "--repository", &repo, "--tag", "rocm7.2-vllm0.25.1"], "invalid value 'tpu'"),
-        (vec!["apply", "--backend", "rocm", "--repository", &repo, "--tag", "rocm7.2-vllm9.9.9"], "rocm7.2-vllm9.9.9"),
-        (vec!["apply", "--backend", "cuda", "--repository", &repo, "--tag", "rocm7.2-vllm0.25.1"], "is not a cuda tag"),
-        (vec!["apply", "--backend", "rocm", "--repository", &dead, "--tag", "rocm7.2-vllm0.25.1"], "rocm7.2-vllm0.25.1"),
-        (vec!["apply", "--backend", "rocm", "--repository", &tagged, "--tag", "rocm7.2-vllm0.25.1"], "names a tag or digest"),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                "Not A Repo!",
+                "--tag",
+                "rocm7.2-vllm0.25.1",
+            ],
+            "not a valid repository",
+        ),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "tpu",
+                "--repository",
+                &repo,
+                "--tag",
+                "rocm7.2-vllm0.25.1",
+            ],
+            "invalid value 'tpu'",
+        ),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                &repo,
+                "--tag",
+                "rocm7.2-vllm9.9.9",
+            ],
+            "rocm7.2-vllm9.9.9",
+        ),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "cuda",
+                "--repository",
+                &repo,
+                "--tag",
+                "rocm7.2-vllm0.25.1",
+            ],
+            "is not a cuda tag",
+        ),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                &dead,
+                "--tag",
+                "rocm7.2-vllm0.25.1",
+            ],
+            "rocm7.2-vllm0.25.1",
+        ),
+        (
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                &tagged,
+                "--tag",
+                "rocm7.2-vllm0.25.1",
+            ],
+            "names a tag or digest",
+        ),
     ];
     let before = reg.storage();
     for (args, needle) in cases {
         let run = cli(work.path(), &args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
-        assert!(run.stderr.contains(needle), "{args:?}: stderr lacks {needle:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(needle),
+            "{args:?}: stderr lacks {needle:?}: {}",
+            run.stderr
+        );
         let errors: Vec<&str> = run.stderr.lines().filter(|l| l.contains("error")).collect();
-        assert!(!errors.is_empty() && errors.len() <= 2, "{args:?}: expected one error line: {}", run.stderr);
+        assert!(
+            !errors.is_empty() && errors.len() <= 2,
+            "{args:?}: expected one error line: {}",
+            run.stderr
+        );
     }
     assert_eq!(reg.storage(), before);
-    assert!(!work.path().join("runner-patch-manifest.json").exists() || {
-        let m: Value = serde_json::from_slice(&std::fs::read(work.path().join("runner-patch-manifest.json")).expect("m")).expect("json");
-        m["images"].as_array().is_some_and(|a| a.is_empty())
-    });
+    assert!(
+        !work.path().join("runner-patch-manifest.json").exists() || {
+            let m: Value = serde_json::from_slice(
+                &std::fs::read(work.path().join("runner-patch-manifest.json")).expect("m"),
+            )
+            .expect("json");
+            m["images"].as_array().is_some_and(|a| a.is_empty())
+        }
+    );
 }
