@@ -17,6 +17,27 @@ const APPLY_EXAMPLES: &str = "Examples:
   # Against a local registry (loopback registries are spoken to over plain HTTP)
   runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1";
 
+const PLAN_EXAMPLES: &str = "Examples:
+  # What would happen to every affected CUDA tag (file, vLLM version, outcome, bytes)
+  runner-patch plan --backend cuda
+
+  # Machine-readable, for a pipeline
+  runner-patch plan --backend rocm --tag rocm7.2-vllm0.25.1 --json";
+
+const VERIFY_EXAMPLES: &str = "Examples:
+  # Everything an apply run patched, against the originals it recorded
+  runner-patch verify --manifest runner-patch-manifest.json
+
+  # One image, structure only (no digest map)
+  runner-patch verify docker.io/gpustack/runner:cuda12.9-vllm0.27.1";
+
+const ROLLBACK_EXAMPLES: &str = "Examples:
+  # Undo an apply run: every tag it moved goes back to its original digest
+  runner-patch rollback --manifest runner-patch-manifest.json
+
+  # See first what would move
+  runner-patch rollback --manifest runner-patch-manifest.json --dry-run";
+
 /// Patch released GPUStack runner images at the registry: one small appended layer per platform,
 /// every existing layer reused, and a digest map from original to patched images.
 #[derive(Debug, Parser)]
@@ -50,6 +71,20 @@ pub enum Command {
     /// Patch every platform of the given tags and push the results.
     #[command(after_help = APPLY_EXAMPLES)]
     Apply(ApplyArgs),
+    /// Show what apply would do to each tag and platform; push nothing.
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(PlanArgs),
+    /// Check patched images independently of how they were made (exit 1 on any difference).
+    #[command(after_help = VERIFY_EXAMPLES)]
+    Verify(VerifyArgs),
+    /// Point every tag in a digest map back at its original digest.
+    #[command(after_help = ROLLBACK_EXAMPLES)]
+    Rollback(RollbackArgs),
+    /// Write shell completions to stdout.
+    #[command(
+        after_help = "Examples:\n  runner-patch completions bash > /etc/bash_completion.d/runner-patch\n  runner-patch completions zsh > ~/.zfunc/_runner-patch"
+    )]
+    Completions(CompletionsArgs),
     /// Apply the patch to one local file (for checking a file by hand or in tests).
     #[command(
         name = "patch-file",
@@ -79,8 +114,9 @@ impl Backend {
     }
 }
 
+/// Which images: the source, the tags (or discovery), and where results go.
 #[derive(Debug, Args)]
-pub struct ApplyArgs {
+pub struct ImageArgs {
     /// Backend whose tags are patched.
     #[arg(long, value_enum)]
     pub backend: Backend,
@@ -99,6 +135,18 @@ pub struct ApplyArgs {
     /// Appended to each tag for the patched image (default: none, the patched image takes over).
     #[arg(long, value_name = "S", default_value = "", allow_hyphen_values = true)]
     pub tag_suffix: String,
+    /// Tags processed at once (platforms of a tag are always scanned concurrently).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub jobs: usize,
+    /// Print the digest map as JSON on stdout instead of the summary table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub images: ImageArgs,
     /// Where the digest map is written.
     #[arg(
         long,
@@ -106,18 +154,51 @@ pub struct ApplyArgs {
         default_value = "runner-patch-manifest.json"
     )]
     pub manifest: PathBuf,
-    /// Compute and report everything, push nothing, write no digest map.
+    /// Compute and report everything, push nothing, write no digest map (same as `plan`).
     #[arg(long)]
     pub dry_run: bool,
     /// Overwrite a tag even if it moved since it was read.
     #[arg(long)]
     pub force: bool,
-    /// Tags processed at once.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub jobs: usize,
-    /// Print the digest map as JSON on stdout instead of the summary table.
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Images to check (`REPO:TAG` or `REPO@DIGEST`), without a digest map: structure only.
+    #[arg(value_name = "REF")]
+    pub references: Vec<String>,
+    /// A digest map from `apply`: check every patched target against its original.
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The digest map written by `apply`.
+    #[arg(long, value_name = "PATH")]
+    pub manifest: PathBuf,
+    /// Show what would be moved, move nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]

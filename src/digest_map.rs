@@ -30,7 +30,27 @@ pub struct ImageRecord {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped_attestations: Vec<String>,
+    /// Bytes of new blobs and manifests this image needs in the target (before skipping what
+    /// the target already has).
+    #[serde(default)]
+    pub bytes_to_push: u64,
     pub platforms: Vec<PlatformRecord>,
+    /// Per-platform companion tags (`<tag>-linux-amd64`) and whether they were moved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub companions: Vec<CompanionRecord>,
+}
+
+/// A per-platform companion tag.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompanionRecord {
+    pub platform: String,
+    pub source: String,
+    pub target: String,
+    /// What the companion pointed at before.
+    pub original_digest: String,
+    /// The patched child it points at now (null when its platform was not patched).
+    pub patched_digest: Option<String>,
+    pub moved: bool,
 }
 
 /// One platform of a tag.
@@ -47,6 +67,8 @@ pub struct PlatformRecord {
     pub added_layer: Option<AddedLayer>,
     pub layers_scanned: usize,
     pub bytes_scanned: u64,
+    #[serde(default)]
+    pub bytes_to_push: u64,
 }
 
 /// The appended layer and config of a patched platform.
@@ -62,7 +84,7 @@ pub struct AddedLayer {
 impl ImageRecord {
     /// The record of a plan; `patched_digest` is what the tag serves when the image carries the
     /// patch (after this run, or already before it), and null otherwise.
-    pub fn from_plan(p: &ImagePlan) -> Self {
+    pub fn from_plan(p: &ImagePlan, pushed: Option<&crate::push::PushReport>) -> Self {
         let patched_digest = match p.outcome {
             Outcome::Patched => p.new_top.as_ref().map(|d| d.digest.clone()),
             Outcome::AlreadyPatched => Some(p.original.digest.clone()),
@@ -81,6 +103,19 @@ impl ImageRecord {
             } else {
                 Vec::new()
             },
+            bytes_to_push: p.bytes_to_push(),
+            companions: p
+                .companions
+                .iter()
+                .map(|c| CompanionRecord {
+                    platform: c.platform.clone(),
+                    source: format!("{}:{}", p.source, c.source_tag),
+                    target: format!("{}:{}", p.target, c.target_tag),
+                    original_digest: c.current.clone(),
+                    patched_digest: c.patched.as_ref().map(|d| d.digest.clone()),
+                    moved: pushed.is_some_and(|r| r.companions_moved.contains(&c.target_tag)),
+                })
+                .collect(),
             platforms: p
                 .platforms
                 .iter()
@@ -105,6 +140,9 @@ impl ImageRecord {
                     }),
                     layers_scanned: pl.layers_scanned,
                     bytes_scanned: pl.bytes_scanned,
+                    bytes_to_push: pl.new.as_ref().map_or(0, |n| {
+                        (n.layer.bytes.len() + n.config.len() + n.manifest.bytes.len()) as u64
+                    }),
                 })
                 .collect(),
         }

@@ -16,6 +16,8 @@ pub mod patches;
 pub mod plan;
 pub mod push;
 pub mod registry;
+pub mod report;
 pub mod rewrite;
 pub mod scan;
+pub mod verify;
 pub mod version;

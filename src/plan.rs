@@ -53,8 +53,45 @@ pub struct ImagePlan {
     pub new_top: Option<Document>,
     /// Attestation children left out of the new index.
     pub dropped: Vec<String>,
+    /// Per-platform companion tags (`<tag>-linux-amd64`) that point at a child of this image.
+    pub companions: Vec<Companion>,
     pub outcome: Outcome,
     pub reason: String,
+}
+
+impl ImagePlan {
+    /// Bytes of everything new: layers, configs, manifests and the new index.
+    pub fn bytes_to_push(&self) -> u64 {
+        let platforms: u64 = self
+            .platforms
+            .iter()
+            .filter_map(|p| p.new.as_ref())
+            .map(|n| (n.layer.bytes.len() + n.config.len() + n.manifest.bytes.len()) as u64)
+            .sum();
+        let index = match (&self.new_top, self.original.kind()) {
+            (Some(top), Some(Kind::Index(_))) => top.bytes.len() as u64,
+            _ => 0,
+        };
+        platforms + index
+    }
+}
+
+/// A per-platform companion tag of a multi-arch tag; it follows its child when that is patched.
+#[derive(Debug, Clone)]
+pub struct Companion {
+    pub platform: String,
+    pub source_tag: String,
+    pub target_tag: String,
+    /// What the companion tag pointed at when read (the original child, or something else).
+    pub current: String,
+    pub original_digest: String,
+    /// The patched child it should point at, when this platform was patched.
+    pub patched: Option<Document>,
+}
+
+/// `linux/arm64/v8` -> `linux-arm64`, the suffix the runner project's per-platform tags use.
+pub fn companion_suffix(platform: &str) -> String {
+    platform.split('/').take(2).collect::<Vec<_>>().join("-")
 }
 
 /// What the layer scan found for one platform.
@@ -178,6 +215,24 @@ pub async fn plan_image(
         None
     };
 
+    let mut companions = Vec::new();
+    if matches!(kind, Kind::Index(_)) {
+        for p in &platforms {
+            let suffix = companion_suffix(&p.platform);
+            let source_tag = format!("{tag}-{suffix}");
+            if let Some(current) = reg.manifest_digest(&source.at_tag(&source_tag)).await? {
+                companions.push(Companion {
+                    platform: p.platform.clone(),
+                    source_tag,
+                    target_tag: format!("{target_tag}-{suffix}"),
+                    current,
+                    original_digest: p.original.digest.clone(),
+                    patched: p.new.as_ref().map(|n| n.manifest.clone()),
+                });
+            }
+        }
+    }
+
     Ok(ImagePlan {
         source: source.clone(),
         tag: tag.to_owned(),
@@ -187,6 +242,7 @@ pub async fn plan_image(
         platforms,
         new_top,
         dropped,
+        companions,
         outcome,
         reason,
     })
@@ -264,7 +320,15 @@ async fn plan_platform(
         companions: spec.guards.iter().map(|g| g.target.clone()).collect(),
         package: spec.package.clone(),
     };
-    let found = match find(reg, repo, &layers, &wanted).await? {
+    let label = format!(
+        "{} {}",
+        repo.repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(&repo.repository),
+        platform
+    );
+    let found = match find(reg, repo, &layers, &wanted, &label).await? {
         Ok(f) => f,
         Err((reason, layers_scanned, bytes_scanned)) => {
             let mut p = refused(platform, manifest, reason, None);
@@ -387,77 +451,135 @@ async fn plan_platform(
     Ok(plan)
 }
 
-/// Scans layers from the top down until one holds the target; `Err((reason, ..))` when no
-/// layer shows it. Registry and integrity failures are errors, not refusals.
-async fn find(
+/// What a top-down scan saw: the layers holding the target (top first), and what was visible.
+pub struct Scanned {
+    /// (index in the manifest, the target entries of that layer), top-most first.
+    pub hits: Vec<(usize, Vec<FileEntry>)>,
+    /// Visible `.pyc` files of the target's module, seen in any layer read.
+    pub pycs: std::collections::BTreeSet<String>,
+    /// Visible small files (guards, version files), first copy top-down.
+    pub files: std::collections::BTreeMap<String, Vec<u8>>,
+    pub layers_scanned: usize,
+    pub bytes_scanned: u64,
+    /// A layer this tool cannot read (unknown media type), which stopped the scan.
+    pub unreadable: Option<String>,
+}
+
+/// Reads layers from the top down, with overlay semantics, until `hits_needed` layers holding
+/// the target have been read (or the bottom). Registry and integrity failures are errors.
+pub async fn scan_down(
     reg: &Registry,
     repo: &Repo,
     layers: &[Descriptor],
     wanted: &Wanted,
-) -> Result<std::result::Result<Found, (String, usize, u64)>> {
+    hits_needed: usize,
+    label: &str,
+) -> Result<Scanned> {
     let mut overlay = Overlay::default();
-    let mut pycs = std::collections::BTreeSet::new();
-    let mut files = std::collections::BTreeMap::new();
-    let mut bytes_scanned = 0;
-    for (n, desc) in layers.iter().rev().enumerate() {
+    let mut out = Scanned {
+        hits: Vec::new(),
+        pycs: Default::default(),
+        files: Default::default(),
+        layers_scanned: 0,
+        bytes_scanned: 0,
+        unreadable: None,
+    };
+    for (index, desc) in layers.iter().enumerate().rev() {
         let Some(compression) = layer_compression(&desc.media_type) else {
-            return Ok(Err((
-                format!(
-                    "layer {} has media type {:?}, which this tool cannot read",
-                    desc.digest, desc.media_type
-                ),
-                n,
-                bytes_scanned,
-            )));
+            out.unreadable = Some(format!(
+                "layer {} has media type {:?}, which this tool cannot read",
+                desc.digest, desc.media_type
+            ));
+            return Ok(out);
         };
         let reader = reg.blob_reader(repo, desc).await?;
-        let bridge = SyncIoBridge::new(reader);
+        let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
+        let bar = crate::report::bar(format!("{label} {short}"), desc.size);
+        let bridge = crate::report::ProgressReader::new(SyncIoBridge::new(reader), bar);
         let (d, o, w) = (desc.clone(), overlay.clone(), wanted.clone());
         let layer =
             tokio::task::spawn_blocking(move || scan::scan_layer(bridge, &d, compression, &o, &w))
                 .await
                 .context("layer scan task failed")?
                 .with_context(|| format!("reading {repo}"))?;
-        bytes_scanned += layer.compressed_bytes;
-        pycs.extend(layer.pycs.iter().cloned());
+        tracing::debug!(
+            "{label}: read layer {} ({} bytes)",
+            desc.digest,
+            layer.compressed_bytes
+        );
+        out.layers_scanned += 1;
+        out.bytes_scanned += layer.compressed_bytes;
+        out.pycs.extend(layer.pycs.iter().cloned());
         for (p, c) in &layer.files {
-            files.entry(p.clone()).or_insert_with(|| c.clone());
-        }
-        if !layer.targets.is_empty() {
-            let mut paths: Vec<&str> = layer.targets.iter().map(|t| t.path.as_str()).collect();
-            paths.dedup();
-            if paths.len() > 1 {
-                return Ok(Err((format!("layer {} holds {} copies of the target (/{}); refusing to guess which one runs", desc.digest, paths.len(), paths.join(", /")), n + 1, bytes_scanned)));
-            }
-            let entry = layer
-                .targets
-                .last()
-                .cloned()
-                .ok_or_else(|| anyhow!("no target"))?;
-            let dir = entry
-                .path
-                .rsplit_once('/')
-                .map_or("", |(d, _)| d)
-                .to_owned();
-            let pycs = pycs
-                .into_iter()
-                .filter(|p| p.starts_with(&format!("{dir}/__pycache__/")))
-                .collect();
-            return Ok(Ok(Found {
-                entry,
-                pycs,
-                files,
-                layers_scanned: n + 1,
-                bytes_scanned,
-            }));
+            out.files.entry(p.clone()).or_insert_with(|| c.clone());
         }
         overlay.absorb(&layer);
+        if !layer.targets.is_empty() {
+            out.hits.push((index, layer.targets));
+            if out.hits.len() >= hits_needed {
+                break;
+            }
+        }
     }
-    Ok(Err((
-        format!("no layer holds a visible **/{}", wanted.target),
-        layers.len(),
-        bytes_scanned,
-    )))
+    Ok(out)
+}
+
+/// Keeps the visible `.pyc` files that belong to the module at `path`.
+pub fn pycs_of(pycs: &std::collections::BTreeSet<String>, path: &str) -> Vec<String> {
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let prefix = format!("{dir}/__pycache__/");
+    pycs.iter()
+        .filter(|p| p.starts_with(&prefix))
+        .cloned()
+        .collect()
+}
+
+/// The single layer that decides what the container sees; `Err((reason, ..))` when none does
+/// or it is ambiguous.
+async fn find(
+    reg: &Registry,
+    repo: &Repo,
+    layers: &[Descriptor],
+    wanted: &Wanted,
+    label: &str,
+) -> Result<std::result::Result<Found, (String, usize, u64)>> {
+    let s = scan_down(reg, repo, layers, wanted, 1, label).await?;
+    if let Some(why) = s.unreadable {
+        return Ok(Err((why, s.layers_scanned, s.bytes_scanned)));
+    }
+    let Some((index, targets)) = s.hits.into_iter().next() else {
+        return Ok(Err((
+            format!("no layer holds a visible **/{}", wanted.target),
+            s.layers_scanned,
+            s.bytes_scanned,
+        )));
+    };
+    let mut paths: Vec<&str> = targets.iter().map(|t| t.path.as_str()).collect();
+    paths.dedup();
+    if paths.len() > 1 {
+        return Ok(Err((
+            format!(
+                "layer {} holds {} copies of the target (/{}); refusing to guess which one runs",
+                layers[index].digest,
+                paths.len(),
+                paths.join(", /")
+            ),
+            s.layers_scanned,
+            s.bytes_scanned,
+        )));
+    }
+    let entry = targets
+        .last()
+        .cloned()
+        .ok_or_else(|| anyhow!("no target"))?;
+    let pycs = pycs_of(&s.pycs, &entry.path);
+    Ok(Ok(Found {
+        entry,
+        pycs,
+        files: s.files,
+        layers_scanned: s.layers_scanned,
+        bytes_scanned: s.bytes_scanned,
+    }))
 }
 
 /// The package version: the dist-info beside the package, else its `_version.py`, else any

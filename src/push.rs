@@ -21,6 +21,8 @@ pub struct PushReport {
     pub bytes_uploaded: u64,
     pub manifests_pushed: usize,
     pub tag_moved: bool,
+    /// Companion tags moved to their patched child.
+    pub companions_moved: Vec<String>,
 }
 
 /// Options that change what a push may overwrite.
@@ -125,6 +127,45 @@ fn descriptors(doc: &Document) -> Result<Vec<Descriptor>> {
     Ok(out)
 }
 
+/// Makes a whole image (index or manifest, with every child and blob) present in `target`,
+/// by digest only; used to restore originals into another repository.
+pub async fn copy_image(
+    reg: &Registry,
+    source: &Repo,
+    target: &Repo,
+    doc: &Document,
+) -> Result<PushReport> {
+    let mut rep = PushReport::default();
+    let mut seen = HashSet::new();
+    if source == target {
+        return Ok(rep);
+    }
+    let children: Vec<Document> = if doc.json.get("manifests").is_some() {
+        let mut v = Vec::new();
+        for (i, m) in doc.json["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let d = Descriptor::from_json(m, &format!("index {} manifests[{i}]", doc.digest))
+                .map_err(|e| anyhow!(e))?;
+            v.push(reg.manifest_get(&source.at_digest(&d.digest)).await?);
+        }
+        v
+    } else {
+        vec![doc.clone()]
+    };
+    for child in &children {
+        for d in descriptors(child)? {
+            ensure_blob(reg, source, target, &d, &mut seen, &mut rep).await?;
+        }
+        put_manifest_by_digest(reg, target, child, &mut rep).await?;
+    }
+    put_manifest_by_digest(reg, target, doc, &mut rep).await?;
+    Ok(rep)
+}
+
 /// Pushes a patched plan. The tag is written last; any failure before leaves it untouched.
 pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result<PushReport> {
     let Some(new_top) = &plan.new_top else {
@@ -203,6 +244,33 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
                 new_top.digest
             );
         }
+    }
+    // Companion tags follow their child, only when they still point at the original child.
+    for c in &plan.companions {
+        let Some(patched) = &c.patched else { continue };
+        if c.current != c.original_digest {
+            tracing::warn!(
+                "{source}:{} points at {}, not at the {} child {}; left as it is",
+                c.source_tag,
+                c.current,
+                c.platform,
+                c.original_digest
+            );
+            continue;
+        }
+        let now = reg.manifest_digest(&source.at_tag(&c.source_tag)).await?;
+        if now.as_deref() != Some(c.original_digest.as_str()) && !opts.force {
+            tracing::warn!(
+                "{source}:{} moved while patching; left as it is",
+                c.source_tag
+            );
+            continue;
+        }
+        let cref = target.at_tag(&c.target_tag);
+        if reg.manifest_digest(&cref).await?.as_deref() != Some(patched.digest.as_str()) {
+            reg.manifest_put(&cref, patched).await?;
+        }
+        rep.companions_moved.push(c.target_tag.clone());
     }
     Ok(rep)
 }

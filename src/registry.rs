@@ -59,6 +59,41 @@ impl Repo {
         })
     }
 
+    /// Splits `REPO:TAG` or `REPO@DIGEST` into the repository and the reference to it.
+    pub fn parse_reference(input: &str) -> Result<(Self, Reference), String> {
+        let (repo, rest, is_digest) = if let Some((r, d)) = input.split_once('@') {
+            (r, d, true)
+        } else {
+            let slash = input.rfind('/').unwrap_or(0);
+            match input[slash..].rfind(':') {
+                Some(i) => (&input[..slash + i], &input[slash + i + 1..], false),
+                None => {
+                    return Err(format!(
+                        "{input:?} names no tag or digest (REPO:TAG or REPO@DIGEST)"
+                    ))
+                }
+            }
+        };
+        let repo = Repo::parse(repo)?;
+        let r = if is_digest {
+            if !crate::digest::is_sha256(rest) {
+                return Err(format!("{input:?}: {rest:?} is not a sha256 digest"));
+            }
+            repo.at_digest(rest)
+        } else {
+            if rest.is_empty()
+                || rest.len() > 128
+                || !rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return Err(format!("{input:?}: {rest:?} is not a valid tag"));
+            }
+            repo.at_tag(rest)
+        };
+        Ok((repo, r))
+    }
+
     pub fn at_tag(&self, tag: &str) -> Reference {
         Reference::with_tag(
             self.registry.clone(),

@@ -5,27 +5,15 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use futures_util::StreamExt;
-use oci_client::secrets::RegistryAuth;
 
 use super::Status;
-use crate::cli::{ApplyArgs, Backend, Global};
+use crate::cli::{Backend, Global, ImageArgs};
 use crate::digest_map::{DigestMap, ImageRecord};
 use crate::patch::{Outcome, PatchSpec};
 use crate::plan::{plan_image, ImagePlan};
 use crate::push::{push, PushOptions, PushReport};
 use crate::registry::{Registry, Repo};
 use crate::version::Version;
-
-/// Credentials for CI from the environment; anonymous otherwise.
-fn auth_from_env() -> RegistryAuth {
-    match (
-        std::env::var("RUNNER_PATCH_USERNAME"),
-        std::env::var("RUNNER_PATCH_PASSWORD"),
-    ) {
-        (Ok(u), Ok(p)) if !u.is_empty() => RegistryAuth::Basic(u, p),
-        _ => RegistryAuth::Anonymous,
-    }
-}
 
 /// The vLLM version a runner tag names (`cuda12.9-vllm0.27.1` -> 0.27.1), and whether it is a
 /// `-dev` tag; `None` for tags of another backend, service, or per-platform companions.
@@ -97,7 +85,15 @@ struct Finished {
     result: Result<(ImagePlan, Option<PushReport>)>,
 }
 
-pub fn run(g: &Global, a: &ApplyArgs) -> Result<Status> {
+/// What to do with the plans: push them (and where to write the map), or only show them.
+pub struct Mode<'a> {
+    pub dry_run: bool,
+    pub force: bool,
+    pub manifest: Option<&'a std::path::Path>,
+}
+
+/// `apply` and `plan`: plan every tag, then push (unless a dry run) and report.
+pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
     let spec = Arc::new(super::load_patch(g).map_err(|e| anyhow!(e))?);
     let source = Repo::parse(&a.repository).map_err(|e| anyhow!("--repository: {e}"))?;
     let target = match &a.target_repository {
@@ -120,29 +116,27 @@ pub fn run(g: &Global, a: &ApplyArgs) -> Result<Status> {
     if a.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run_async(spec, source, target, a))
+    super::runtime()?.block_on(run_async(spec, source, target, a, mode))
 }
 
 async fn run_async(
     spec: Arc<PatchSpec>,
     source: Repo,
     target: Repo,
-    a: &ApplyArgs,
+    a: &ImageArgs,
+    mode: Mode<'_>,
 ) -> Result<Status> {
-    let reg = Arc::new(Registry::new(&[&source, &target], auth_from_env()));
+    let reg = Arc::new(Registry::new(&[&source, &target], super::auth_from_env()));
     let tags = if a.tags.is_empty() {
         discover(&reg, &source, a.backend, &spec, a.include_dev).await?
     } else {
         a.tags.clone()
     };
-    let opts = PushOptions { force: a.force };
+    let opts = PushOptions { force: mode.force };
     let finished: Vec<Finished> = futures_util::stream::iter(tags.into_iter().map(|tag| {
         let (reg, spec, source, target) = (reg.clone(), spec.clone(), source.clone(), target.clone());
         let target_tag = format!("{tag}{}", a.tag_suffix);
-        let dry_run = a.dry_run;
+        let dry_run = mode.dry_run;
         async move {
             let result = async {
                 let plan = plan_image(reg.clone(), spec, &source, &tag, &target, &target_tag).await?;
@@ -174,8 +168,8 @@ async fn run_async(
     let mut rows = Vec::new();
     for f in &finished {
         match &f.result {
-            Ok((plan, _)) => {
-                let rec = ImageRecord::from_plan(plan);
+            Ok((plan, pushed)) => {
+                let rec = ImageRecord::from_plan(plan, pushed.as_ref());
                 if plan.outcome == Outcome::Refused && status == Status::Success {
                     status = Status::Refused;
                 }
@@ -201,23 +195,22 @@ async fn run_async(
     if a.json {
         println!("{}", serde_json::to_string_pretty(&map)?);
     } else {
-        println!("{:<48} {:<16} DIGEST", "IMAGE", "OUTCOME");
         for r in rows {
             println!("{r}");
         }
     }
-    if a.dry_run {
-        tracing::info!("dry run: nothing pushed, no digest map written");
-    } else if map.images.is_empty() {
-        // Keep whatever map is there: an empty one would erase the record of an earlier run.
-        tracing::warn!(
-            "no image completed; {} left as it was",
-            a.manifest.display()
-        );
-    } else {
-        map.write(&a.manifest)
-            .map_err(|e| anyhow!("cannot write digest map {}: {e}", a.manifest.display()))?;
-        tracing::info!("digest map written to {}", a.manifest.display());
+    match mode.manifest {
+        _ if mode.dry_run => tracing::info!("dry run: nothing pushed, no digest map written"),
+        None => {}
+        Some(path) if map.images.is_empty() => {
+            // Keep whatever map is there: an empty one would erase the record of an earlier run.
+            tracing::warn!("no image completed; {} left as it was", path.display());
+        }
+        Some(path) => {
+            map.write(path)
+                .map_err(|e| anyhow!("cannot write digest map {}: {e}", path.display()))?;
+            tracing::info!("digest map written to {}", path.display());
+        }
     }
     Ok(status)
 }
@@ -234,14 +227,51 @@ fn summary_row(rec: &ImageRecord) -> String {
         }
         _ => short(&rec.original_digest),
     };
-    let mut row = format!("{:<48} {:<16} {}", rec.source, rec.outcome, digest);
+    let mut row = format!("{}\n  {:<16} {}", rec.source, rec.outcome, digest);
+    if rec.target != rec.source {
+        row.push_str(&format!("\n  {:<16} {}", "target", rec.target));
+    }
     for p in &rec.platforms {
         row.push_str(&format!(
-            "\n  {:<46} {:<16} {}",
-            p.platform, p.outcome, p.reason
+            "\n  {:<16} {:<16} vllm {:<10} scan {:>10}  push {:>8}  {}",
+            p.platform,
+            p.outcome,
+            p.vllm_version.as_deref().unwrap_or("?"),
+            human(p.bytes_scanned),
+            human(p.bytes_to_push),
+            p.reason
+        ));
+    }
+    for c in &rec.companions {
+        let state = if c.moved {
+            "moved"
+        } else if c.patched_digest.is_some() {
+            "to move"
+        } else {
+            "unchanged"
+        };
+        row.push_str(&format!(
+            "\n  {:<16} {:<16} {}",
+            c.platform, state, c.target
         ));
     }
     row
+}
+
+/// Bytes for people: 1.5 GiB, 312 KiB, 980 B.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]

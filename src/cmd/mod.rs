@@ -9,6 +9,8 @@ use crate::patch::PatchSpec;
 pub mod apply;
 pub mod patch_file;
 pub mod patches;
+pub mod rollback;
+pub mod verify;
 
 /// Exit statuses, as documented in the README.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,7 @@ impl From<Status> for ExitCode {
 }
 
 fn init_logging(g: &Global) {
+    crate::report::init(!g.quiet);
     let default = if g.quiet {
         "error"
     } else {
@@ -44,11 +47,29 @@ fn init_logging(g: &Global) {
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::report::LogWriter)
         .with_ansi(ansi)
         .with_target(false)
         .without_time()
         .try_init();
+}
+
+/// Credentials for CI from the environment; anonymous otherwise.
+pub fn auth_from_env() -> oci_client::secrets::RegistryAuth {
+    match (
+        std::env::var("RUNNER_PATCH_USERNAME"),
+        std::env::var("RUNNER_PATCH_PASSWORD"),
+    ) {
+        (Ok(u), Ok(p)) if !u.is_empty() => oci_client::secrets::RegistryAuth::Basic(u, p),
+        _ => oci_client::secrets::RegistryAuth::Anonymous,
+    }
+}
+
+/// A multi-threaded runtime for one command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// Loads the chosen patch from the built-in catalogue or `--patches-dir`.
@@ -64,7 +85,31 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(&cli.global);
     let status = match &cli.command {
-        Command::Apply(a) => apply::run(&cli.global, a),
+        Command::Apply(a) => apply::run(
+            &cli.global,
+            &a.images,
+            apply::Mode {
+                dry_run: a.dry_run,
+                force: a.force,
+                manifest: Some(&a.manifest),
+            },
+        ),
+        Command::Plan(a) => apply::run(
+            &cli.global,
+            &a.images,
+            apply::Mode {
+                dry_run: true,
+                force: false,
+                manifest: None,
+            },
+        ),
+        Command::Verify(a) => verify::run(&cli.global, a),
+        Command::Rollback(a) => rollback::run(&cli.global, a),
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "runner-patch", &mut std::io::stdout());
+            Ok(Status::Success)
+        }
         Command::PatchFile(a) => patch_file::run(&cli.global, a),
         Command::Patches(a) => patches::run(&cli.global, a),
     };

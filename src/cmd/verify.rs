@@ -1,0 +1,281 @@
+//! `runner-patch verify`: check patched images, from a digest map (against their originals) or
+//! by reference (structure only). Exit 1 when anything differs, naming it.
+
+use std::collections::HashMap;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+
+use super::Status;
+use crate::cli::{Global, VerifyArgs};
+use crate::digest_map::DigestMap;
+use crate::media::{is_attestation, platform_of, Descriptor, Document, Kind};
+use crate::patch::PatchSpec;
+use crate::registry::{Registry, Repo};
+use crate::verify::{verify_platform, PlatformCheck};
+
+/// One image's checks.
+#[derive(Debug, serde::Serialize)]
+struct ImageCheck {
+    reference: String,
+    digest: String,
+    problems: Vec<String>,
+    platforms: Vec<PlatformCheck>,
+}
+
+impl ImageCheck {
+    fn ok(&self) -> bool {
+        self.problems.is_empty() && self.platforms.iter().all(|p| p.problems.is_empty())
+    }
+}
+
+/// The children of a document that are platforms (attestations left out), with their names.
+async fn platforms(reg: &Registry, repo: &Repo, top: &Document) -> Result<Vec<(String, Document)>> {
+    match top.kind() {
+        Some(Kind::Index(_)) => {
+            let mut out = Vec::new();
+            for (i, m) in top.json["manifests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if is_attestation(m) {
+                    continue;
+                }
+                let d = Descriptor::from_json(m, &format!("index {} manifests[{i}]", top.digest))
+                    .map_err(|e| anyhow!(e))?;
+                let name = platform_of(m).unwrap_or_else(|| format!("manifests[{i}]"));
+                out.push((name, reg.manifest_get(&repo.at_digest(&d.digest)).await?));
+            }
+            Ok(out)
+        }
+        Some(Kind::Manifest(_)) => Ok(vec![(String::from("(single manifest)"), top.clone())]),
+        None => bail!(
+            "{repo}@{} has media type {}, neither a manifest nor an index",
+            top.digest,
+            top.media_type
+        ),
+    }
+}
+
+async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Result<ImageCheck> {
+    let (repo, r) = Repo::parse_reference(input).map_err(|e| anyhow!(e))?;
+    let top = reg.manifest_get(&r).await?;
+    let mut check = ImageCheck {
+        reference: input.to_owned(),
+        digest: top.digest.clone(),
+        problems: Vec::new(),
+        platforms: Vec::new(),
+    };
+    for (name, m) in platforms(reg, &repo, &top).await? {
+        check
+            .platforms
+            .push(verify_platform(reg, spec, &repo, name, &m, None).await?);
+    }
+    Ok(check)
+}
+
+fn split_tagged(s: &str) -> Result<(Repo, String)> {
+    let (repo, r) = Repo::parse_reference(s).map_err(|e| anyhow!("digest map: {e}"))?;
+    let tag = r
+        .tag()
+        .ok_or_else(|| anyhow!("digest map: {s:?} has no tag"))?
+        .to_owned();
+    Ok((repo, tag))
+}
+
+async fn check_record(
+    reg: &Registry,
+    spec: &PatchSpec,
+    rec: &crate::digest_map::ImageRecord,
+) -> Result<ImageCheck> {
+    let (source, _) = split_tagged(&rec.source)?;
+    let (target, target_tag) = split_tagged(&rec.target)?;
+    let patched = rec
+        .patched_digest
+        .clone()
+        .ok_or_else(|| anyhow!("{} has no patched digest", rec.target))?;
+    let mut check = ImageCheck {
+        reference: rec.target.clone(),
+        digest: patched.clone(),
+        problems: Vec::new(),
+        platforms: Vec::new(),
+    };
+    let now = reg.manifest_digest(&target.at_tag(&target_tag)).await?;
+    if now.as_deref() != Some(patched.as_str()) {
+        check.problems.push(format!(
+            "{} points at {}, not at the patched {patched}",
+            rec.target,
+            now.as_deref().unwrap_or("nothing")
+        ));
+    }
+    let top = reg.manifest_get(&target.at_digest(&patched)).await?;
+    let original_top = reg
+        .manifest_get(&source.at_digest(&rec.original_digest))
+        .await?;
+    let originals: HashMap<String, String> = rec
+        .platforms
+        .iter()
+        .map(|p| {
+            (
+                p.patched_digest.clone().unwrap_or_default(),
+                p.original_digest.clone(),
+            )
+        })
+        .collect();
+    if let (Some(Kind::Index(_)), Some(Kind::Index(_))) = (top.kind(), original_top.kind()) {
+        // Same children in the same order, with the same platform and annotations.
+        let strip = |v: &Value| -> Vec<Value> {
+            v["manifests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| !is_attestation(m))
+                .map(|m| {
+                    let mut m = m.clone();
+                    if let Some(o) = m.as_object_mut() {
+                        o.remove("digest");
+                        o.remove("size");
+                    }
+                    m
+                })
+                .collect()
+        };
+        if strip(&top.json) != strip(&original_top.json) {
+            check.problems.push(
+                "the index's children differ from the original's in order, platform or annotations"
+                    .into(),
+            );
+        }
+        if top.media_type != original_top.media_type {
+            check.problems.push(format!(
+                "index media type {} differs from the original's {}",
+                top.media_type, original_top.media_type
+            ));
+        }
+    }
+    for (name, m) in platforms(reg, &target, &top).await? {
+        let was_patched = rec.platforms.iter().any(|p| {
+            p.outcome == "patched" && p.patched_digest.as_deref() == Some(m.digest.as_str())
+        });
+        if !was_patched {
+            // A platform the run left as it was must still be exactly the original child.
+            if !rec.platforms.iter().any(|p| p.original_digest == m.digest) {
+                check.platforms.push(PlatformCheck {
+                    platform: name,
+                    digest: m.digest.clone(),
+                    file: None,
+                    problems: vec![
+                        "child is neither a patched nor an original manifest of this image".into(),
+                    ],
+                });
+            }
+            continue;
+        }
+        let orig_digest = originals.get(&m.digest).cloned().unwrap_or_default();
+        let orig = reg.manifest_get(&source.at_digest(&orig_digest)).await?;
+        check
+            .platforms
+            .push(verify_platform(reg, spec, &target, name, &m, Some((&source, &orig))).await?);
+    }
+    for c in &rec.companions {
+        if !c.moved {
+            continue;
+        }
+        let (crepo, ctag) = split_tagged(&c.target)?;
+        let now = reg.manifest_digest(&crepo.at_tag(&ctag)).await?;
+        if now != c.patched_digest {
+            check.problems.push(format!(
+                "companion {} points at {}, not at {}",
+                c.target,
+                now.as_deref().unwrap_or("nothing"),
+                c.patched_digest.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    Ok(check)
+}
+
+pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
+    let spec = super::load_patch(g).map_err(|e| anyhow!(e))?;
+    if a.references.is_empty() && a.manifest.is_none() {
+        bail!("give references to check, or --manifest PATH");
+    }
+    let map = a
+        .manifest
+        .as_deref()
+        .map(DigestMap::read)
+        .transpose()
+        .map_err(|e| anyhow!(e))?;
+    let mut repos = Vec::new();
+    for r in &a.references {
+        repos.push(Repo::parse_reference(r).map_err(|e| anyhow!(e))?.0);
+    }
+    if let Some(m) = &map {
+        for i in &m.images {
+            repos.push(split_tagged(&i.source)?.0);
+            repos.push(split_tagged(&i.target)?.0);
+        }
+    }
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), super::auth_from_env());
+        let mut checks = Vec::new();
+        let mut skipped = Vec::new();
+        if let Some(m) = &map {
+            for rec in &m.images {
+                match rec.outcome.as_str() {
+                    "patched" => checks.push(check_record(&reg, &spec, rec).await?),
+                    "already-patched" => checks.push(
+                        check_reference(
+                            &reg,
+                            &spec,
+                            &format!("{}@{}", split_tagged(&rec.target)?.0, rec.original_digest),
+                        )
+                        .await?,
+                    ),
+                    other => skipped.push(format!("{} ({other})", rec.source)),
+                }
+            }
+        }
+        for r in &a.references {
+            checks.push(check_reference(&reg, &spec, r).await?);
+        }
+        let ok = checks.iter().all(ImageCheck::ok);
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &json!({"ok": ok, "images": checks, "skipped": skipped})
+                )?
+            );
+        } else {
+            for c in &checks {
+                println!("{} {}", if c.ok() { "ok  " } else { "FAIL" }, c.reference);
+                for p in &c.problems {
+                    println!("  - {p}");
+                }
+                for p in &c.platforms {
+                    println!(
+                        "  {} {:<16} {}",
+                        if p.problems.is_empty() {
+                            "ok  "
+                        } else {
+                            "FAIL"
+                        },
+                        p.platform,
+                        p.file.as_deref().unwrap_or("")
+                    );
+                    for x in &p.problems {
+                        println!("      - {x}");
+                    }
+                }
+            }
+            for s in &skipped {
+                println!("skip {s}");
+            }
+        }
+        Ok(if ok { Status::Success } else { Status::Refused })
+    })
+}

@@ -1,0 +1,100 @@
+//! Progress on a terminal: one bar per layer being read (bytes scanned) and per upload. When
+//! stderr is not a terminal (CI), or with `-q`, there are no bars: log lines say what happened.
+
+use std::io::{self, Read};
+use std::sync::OnceLock;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+static BARS: OnceLock<Option<MultiProgress>> = OnceLock::new();
+
+/// Turns progress bars on for this process when stderr is a terminal and output is not quiet.
+pub fn init(show: bool) {
+    let on = show
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
+    let _ = BARS.set(on.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())));
+}
+
+/// The shared bar container, for log output that must not tear the bars.
+pub fn multi() -> Option<&'static MultiProgress> {
+    BARS.get().and_then(Option::as_ref)
+}
+
+/// A byte-counting bar (hidden when bars are off).
+pub fn bar(label: String, total: u64) -> ProgressBar {
+    match multi() {
+        Some(m) => {
+            let color = std::env::var_os("NO_COLOR").is_none();
+            let tmpl = if color {
+                "{prefix:>40.cyan} {bar:30.green/dim} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12}"
+            } else {
+                "{prefix:>40} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12}"
+            };
+            let pb = m.add(ProgressBar::new(total));
+            pb.set_style(
+                ProgressStyle::with_template(tmpl)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            pb.set_prefix(label);
+            pb
+        }
+        None => ProgressBar::hidden(),
+    }
+}
+
+/// A reader that advances a bar by every byte read through it.
+pub struct ProgressReader<R> {
+    inner: R,
+    bar: ProgressBar,
+}
+
+impl<R> ProgressReader<R> {
+    pub fn new(inner: R, bar: ProgressBar) -> Self {
+        ProgressReader { inner, bar }
+    }
+}
+
+impl<R: Read> Read for ProgressReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
+impl<R> Drop for ProgressReader<R> {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A `tracing` writer that prints above the bars instead of through them.
+#[derive(Clone, Copy)]
+pub struct LogWriter;
+
+impl io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match multi() {
+            Some(m) => {
+                let text = String::from_utf8_lossy(buf);
+                let text = text.trim_end_matches('\n');
+                m.suspend(|| eprintln!("{text}"));
+                Ok(buf.len())
+            }
+            None => io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+    fn make_writer(&'a self) -> Self::Writer {
+        *self
+    }
+}
