@@ -8,3 +8,5 @@ mod harness;
 mod apply;
 #[path = "it/refuse.rs"]
 mod refuse;
+#[path = "it/pipeline.rs"]
+mod pipeline;

@@ -295,3 +295,30 @@ pub fn tar_list(blob: &Path) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Adds a tag for an existing image, digests preserved (skopeo, not this tool).
+pub fn retag(reg: &Registry, from: &str, to: &str) {
+    run_tool(
+        "skopeo",
+        &[
+            "copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+            &format!("docker://{}:{from}", reg.repo()), &format!("docker://{}:{to}", reg.repo()),
+        ],
+    );
+}
+
+/// The digest a tag serves, as skopeo reads it.
+pub fn served(reference: &str) -> String {
+    sha256_hex(&skopeo_raw(reference))
+}
+
+/// Makes an altered copy of a patched tag with `fixtures/alter.py`; returns its JSON line.
+pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
+    let out = Command::new("python3")
+        .arg(root().join("fixtures/alter.py"))
+        .args(["--registry", &reg.addr, "--repository", REPO, "--tag", tag, "--how", how, "--out-tag", out_tag])
+        .output()
+        .expect("run fixtures/alter.py");
+    assert!(out.status.success(), "alter.py {how} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("alter.py json")
+}
