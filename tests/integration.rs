@@ -6,7 +6,7 @@ mod harness;
 
 #[path = "it/apply.rs"]
 mod apply;
-#[path = "it/refuse.rs"]
-mod refuse;
 #[path = "it/pipeline.rs"]
 mod pipeline;
+#[path = "it/refuse.rs"]
+mod refuse;

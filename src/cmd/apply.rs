@@ -126,7 +126,7 @@ async fn run_async(
     a: &ImageArgs,
     mode: Mode<'_>,
 ) -> Result<Status> {
-    let reg = Arc::new(Registry::new(&[&source, &target], super::auth_from_env()));
+    let reg = Arc::new(Registry::new(&[&source, &target]));
     let tags = if a.tags.is_empty() {
         discover(&reg, &source, a.backend, &spec, a.include_dev).await?
     } else {
@@ -183,10 +183,8 @@ async fn run_async(
                 status = Status::Error;
                 eprintln!("runner-patch: error: {}:{}: {e:#}", source, f.tag);
                 rows.push(format!(
-                    "{:<48} {:<16} {}",
-                    format!("{source}:{}", f.tag),
-                    "error",
-                    "see above"
+                    "{source}:{}\n  {:<16} see the error above",
+                    f.tag, "error"
                 ));
             }
         }

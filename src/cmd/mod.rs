@@ -54,17 +54,6 @@ fn init_logging(g: &Global) {
         .try_init();
 }
 
-/// Credentials for CI from the environment; anonymous otherwise.
-pub fn auth_from_env() -> oci_client::secrets::RegistryAuth {
-    match (
-        std::env::var("RUNNER_PATCH_USERNAME"),
-        std::env::var("RUNNER_PATCH_PASSWORD"),
-    ) {
-        (Ok(u), Ok(p)) if !u.is_empty() => oci_client::secrets::RegistryAuth::Basic(u, p),
-        _ => oci_client::secrets::RegistryAuth::Anonymous,
-    }
-}
-
 /// A multi-threaded runtime for one command.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()

@@ -81,7 +81,7 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     }
     let rt = super::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), super::auth_from_env());
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>());
         let mut moves = Vec::new();
         for rec in map.images.iter().filter(|r| r.outcome == "patched") {
             let Some(patched) = &rec.patched_digest else {

@@ -220,7 +220,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     }
     let rt = super::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), super::auth_from_env());
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>());
         let mut checks = Vec::new();
         let mut skipped = Vec::new();
         if let Some(m) = &map {

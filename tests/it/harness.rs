@@ -301,8 +301,14 @@ pub fn retag(reg: &Registry, from: &str, to: &str) {
     run_tool(
         "skopeo",
         &[
-            "copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
-            &format!("docker://{}:{from}", reg.repo()), &format!("docker://{}:{to}", reg.repo()),
+            "copy",
+            "-q",
+            "--all",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &format!("docker://{}:{from}", reg.repo()),
+            &format!("docker://{}:{to}", reg.repo()),
         ],
     );
 }
@@ -316,9 +322,24 @@ pub fn served(reference: &str) -> String {
 pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
     let out = Command::new("python3")
         .arg(root().join("fixtures/alter.py"))
-        .args(["--registry", &reg.addr, "--repository", REPO, "--tag", tag, "--how", how, "--out-tag", out_tag])
+        .args([
+            "--registry",
+            &reg.addr,
+            "--repository",
+            REPO,
+            "--tag",
+            tag,
+            "--how",
+            how,
+            "--out-tag",
+            out_tag,
+        ])
         .output()
         .expect("run fixtures/alter.py");
-    assert!(out.status.success(), "alter.py {how} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "alter.py {how} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("alter.py json")
 }

@@ -155,7 +155,17 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
             "{args:?}: stderr lacks {needle:?}: {}",
             run.stderr
         );
-        let errors: Vec<&str> = run.stderr.lines().filter(|l| l.contains("error")).collect();
+        let errors: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("runner-patch: error") || l.starts_with("error:"))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "{args:?}: expected one error line: {}",
+            run.stderr
+        );
         assert!(
             !errors.is_empty() && errors.len() <= 2,
             "{args:?}: expected one error line: {}",
