@@ -1,0 +1,549 @@
+#!/usr/bin/env python3
+"""The runner-patch benchmark (issue 6): `make bench` -> bash bench/run.sh -> this script.
+
+    python3 bench/bench.py --bin target/release/runner-patch [--work DIR] [--keep]
+                           [--no-buildah] [--results bench/results/latest.md]
+
+On one synthetic two-platform image (bench/image.py) in a fresh local registry, measures with
+/usr/bin/time -v, in this order:
+
+  a. runner-patch apply (target tag <tag>-bench1)
+  b. the floor: GET + inflate to /dev/null of exactly the layers apply scanned (from its digest
+     map), platforms in parallel like apply; once with pigz -dc (if present), once with gzip -dc
+  c. the rebuild routes: skopeo + umoci (bench/rebuild_umoci.sh), buildah (bench/rebuild_buildah.sh)
+  d. runner-patch apply again, on <tag>-bench1 (already patched)
+
+Bytes moved come from the registry's own access log (see bench/README.md); the targets are
+checked as ratios within this run; the table goes to stdout and to the results file.
+Exit status: 0 when every target passes, 1 when one fails, 2 on an error.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in fixtures/ or bench/
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "fixtures"))
+sys.path.insert(0, HERE)
+import image  # noqa: E402
+import registry as fxreg  # noqa: E402  (fixtures/registry.py)
+
+REPO = "gpustack/runner"
+TAG = "cuda12.9-vllm0.27.1"
+KIB, MIB = 1024, 1024 * 1024
+
+# --- the registry's access log ------------------------------------------------
+
+# distribution 2.8.2 writes, next to its logrus lines, one Apache "combined" line per request:
+#   127.0.0.1 - - [30/Nov/2026:21:49:15 +0000] "GET /v2/x/y/blobs/sha256:... HTTP/1.1" 200 5 "" "curl/7.88.1"
+# The size is the response body the handler wrote (for HEAD it is counted but never sent).
+# No request size is logged anywhere, so uploads are counted from completed PUTs (see README).
+ACCESS = re.compile(r'^\S+ \S+ \S+ \[[^\]]*\] "(\S+) (\S+) [^"]*" (\d{3}) (\d+|-)')
+BLOB_UPLOAD = re.compile(r"^/v2/(.+)/blobs/uploads/([^/?]*)$")
+MANIFEST = re.compile(r"^/v2/(.+)/manifests/([^/]+)$")
+
+
+class Storage:
+    """Reads blob sizes and tags from the registry's filesystem storage."""
+
+    def __init__(self, root):
+        self.v2 = os.path.join(root, "docker", "registry", "v2")
+
+    def blobs(self):
+        base = os.path.join(self.v2, "blobs", "sha256")
+        if not os.path.isdir(base):
+            return set()
+        return {"sha256:" + h for d in os.listdir(base) for h in os.listdir(os.path.join(base, d))}
+
+    def blob_size(self, digest):
+        algo, hexd = digest.split(":", 1)
+        return os.path.getsize(os.path.join(self.v2, "blobs", algo, hexd[:2], hexd, "data"))
+
+    def tag_digest(self, repo, tag):
+        p = os.path.join(self.v2, "repositories", repo, "_manifests", "tags", tag, "current", "link")
+        with open(p) as f:
+            return f.read().strip()
+
+
+def account(log_path, start, storage, before):
+    """Traffic of the requests logged after byte offset START of the access log."""
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    t = dict(requests=0, down=0, down_blobs=0, up=0, up_blobs=0, up_manifests=0, blob_puts=0,
+             manifest_puts=0, patches=0, upload_sessions=0, mounts=0, reuploaded=0, unknown_sizes=0)
+    for line in lines:
+        m = ACCESS.match(line)
+        if not m:
+            continue
+        method, uri, status = m[1], m[2], int(m[3])
+        size = 0 if m[4] == "-" else int(m[4])
+        t["requests"] += 1
+        u = urllib.parse.urlsplit(uri)
+        q = urllib.parse.parse_qs(u.query)
+        if method == "GET":
+            t["down"] += size
+            if "/blobs/" in u.path:
+                t["down_blobs"] += size
+        elif method == "POST" and BLOB_UPLOAD.match(u.path):
+            if "mount" in q and status == 201:
+                t["mounts"] += 1
+            elif status == 202:
+                t["upload_sessions"] += 1
+        elif method == "PATCH" and BLOB_UPLOAD.match(u.path):
+            t["patches"] += 1
+        elif method == "PUT" and status == 201 and BLOB_UPLOAD.match(u.path) and "digest" in q:
+            digest = q["digest"][0]
+            t["blob_puts"] += 1
+            try:
+                n = storage.blob_size(digest)
+            except OSError:
+                t["unknown_sizes"] += 1
+                continue
+            t["up"] += n
+            t["up_blobs"] += n
+            if digest in before:
+                t["reuploaded"] += n
+        elif method == "PUT" and status == 201 and MANIFEST.match(u.path):
+            repo, ref = MANIFEST.match(u.path).groups()
+            t["manifest_puts"] += 1
+            try:
+                digest = ref if ":" in ref else storage.tag_digest(repo, ref)
+                n = storage.blob_size(digest)
+            except OSError:
+                t["unknown_sizes"] += 1
+                continue
+            t["up"] += n
+            t["up_manifests"] += n
+    return t
+
+
+# --- measuring one route -----------------------------------------------------
+
+
+def parse_time_v(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            k, _, v = line.strip().rpartition(": ")
+            if k.startswith("Maximum resident set size"):
+                out["rss_kib"] = int(v)
+            elif k == "User time (seconds)":
+                out["user"] = float(v)
+            elif k == "System time (seconds)":
+                out["sys"] = float(v)
+            elif k.startswith("Exit status"):
+                out["exit"] = int(v)
+    return out
+
+
+def busy_seconds():
+    """CPU time spent by the whole machine so far (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def process_seconds(pid):
+    """CPU time (user + system) of one process, from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class Bench:
+    def __init__(self, work, regdir, registry_pid, log=print):
+        self.work, self.regdir, self.registry_pid, self.log = work, regdir, registry_pid, log
+        self.logfile = os.path.join(regdir, "registry.log")
+        self.storage = Storage(os.path.join(regdir, "storage"))
+        self.rows = []
+
+    def measure(self, key, label, argv, note=""):
+        out, err, tv = (os.path.join(self.work, f"{key}.{x}") for x in ("out", "err", "time"))
+        start = os.path.getsize(self.logfile)
+        before = self.storage.blobs()
+        self.log(f"--- {label}: {' '.join(argv)}")
+        busy0, reg0 = busy_seconds(), process_seconds(self.registry_pid)
+        t = time.monotonic()
+        with open(out, "wb") as o, open(err, "wb") as e:
+            rc = subprocess.call(["/usr/bin/time", "-v", "-o", tv] + argv, stdout=o, stderr=e,
+                                 stdin=subprocess.DEVNULL)
+        wall = time.monotonic() - t
+        busy, reg = busy_seconds() - busy0, process_seconds(self.registry_pid) - reg0
+        time.sleep(0.5)  # let the registry finish writing its log lines
+        row = dict(key=key, label=label, argv=argv, rc=rc, wall=wall, note=note, out=out, err=err,
+                   **parse_time_v(tv), **account(self.logfile, start, self.storage, before))
+        # CPU of processes that are not this route nor the registry (a busy machine skews ratios).
+        row["registry_cpu"] = reg
+        row["other_cpu"] = max(0.0, busy - reg - row.get("user", 0) - row.get("sys", 0))
+        self.log(f"    {wall:.2f} s, exit {rc}, peak RSS {row.get('rss_kib', 0) / 1024:.1f} MiB, "
+                 f"down {fmt_bytes(row['down'])}, up {fmt_bytes(row['up'])}")
+        if rc != 0:
+            with open(err, errors="replace") as f:
+                tail = f.read()[-2000:]
+            self.log(f"    FAILED (exit {rc}); stderr tail:\n{tail}")
+        self.rows.append(row)
+        return row
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", KIB)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def floor_script(addr, plats, decoder):
+    """A bash script: per platform, its scanned layers one after the other (top down), piped
+    through DECODER; the platforms run in parallel (runner-patch scans them concurrently)."""
+    lines = ["set -u -o pipefail",
+             "layers() { for d in \"$@\"; do",
+             f"  curl -sSf \"http://{addr}/v2/{REPO}/blobs/$d\" | {decoder} -dc > /dev/null || return 1",
+             "done; }"]
+    pids = []
+    for i, (_, digests) in enumerate(plats):
+        lines.append(f"layers {' '.join(digests)} & p{i}=$!")
+        pids.append(f"wait $p{i}")
+    lines.append(" && ".join(pids))
+    return "\n".join(lines) + "\n"
+
+
+def scanned_layers(img, digest_map):
+    """[(platform, [layer digests top-down])] apply read, from its digest map when it has one."""
+    plats = []
+    by_plat = {}
+    try:
+        with open(digest_map) as f:
+            m = json.load(f)
+        for p in m["images"][0]["platforms"]:
+            by_plat[p["platform"]] = p
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    for key, info in img["platforms"].items():
+        layers = list(reversed(info["layers"]))
+        rec = next((v for k, v in by_plat.items() if k.startswith(key)), None)
+        if rec is not None:
+            n = rec["layers_scanned"]
+            want = rec["bytes_scanned"]
+        else:  # apply failed: the layers down to the one holding the file (vllm, second from bottom)
+            n = len(layers) - 1
+            want = None
+        chosen = layers[:n]
+        got = sum(L["size"] for L in chosen)
+        if want is not None and got != want:
+            print(f"warning: {key}: layers_scanned={n} sum to {got} bytes, map says bytes_scanned={want}",
+                  file=sys.stderr)
+        plats.append((key, [L["digest"] for L in chosen]))
+    return plats
+
+
+def machine():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-").strip()
+    return {
+        "nproc": sh("nproc"),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "free": sh("free -h"),
+        "tools": {
+            "skopeo": sh("skopeo --version"),
+            "umoci": sh("umoci --version"),
+            "buildah": sh("buildah --version 2>/dev/null") or "not installed",
+            "docker-registry": sh("dpkg-query -W -f='${Version}' docker-registry 2>/dev/null"),
+            "gzip": sh("gzip --version | head -1"),
+            "pigz": sh("pigz --version 2>&1") or "not installed",
+            "curl": sh("curl --version | head -1"),
+        },
+        "git": sh(f"git -C {ROOT} describe --always --dirty 2>/dev/null"),
+    }
+
+
+# --- targets and report -----------------------------------------------------
+
+
+def check_targets(r, n_plat):
+    """[(name, ok, detail)] for every target of issue 6."""
+    out = []
+    a, a2 = r.get("apply"), r.get("apply2")
+    floors = [x for k, x in r.items() if k.startswith("floor_") and x["rc"] == 0]
+    if a is None or a["rc"] != 0:
+        out.append(("apply succeeded (exit 0, image patched)", False, f"exit {a and a['rc']}"))
+        return out
+    out.append(("apply succeeded (exit 0, image patched)", a.get("outcome") == "patched",
+                f"outcome {a.get('outcome')}"))
+    if floors:
+        fl = min(floors, key=lambda x: x["wall"])
+        ratio = a["wall"] / fl["wall"]
+        out.append(("apply within 1.5x of the floor", ratio <= 1.5,
+                    f"{a['wall']:.2f} s / {fl['wall']:.2f} s ({fl['label']}) = {ratio:.2f}x"))
+    else:
+        out.append(("apply within 1.5x of the floor", False, "no floor measured"))
+    for k in ("umoci", "buildah"):
+        if k in r:
+            x = r[k]
+            if x["rc"] != 0:
+                out.append((f"apply >= 10x faster than {x['label']}", False, f"route failed (exit {x['rc']})"))
+                continue
+            ratio = x["wall"] / a["wall"]
+            out.append((f"apply >= 10x faster than {x['label']}", ratio >= 10,
+                        f"{x['wall']:.2f} s / {a['wall']:.2f} s = {ratio:.1f}x"))
+    limit = 64 * KIB * n_plat
+    ok = a["up"] <= limit and a["unknown_sizes"] == 0
+    out.append(("apply uploads <= 64 KiB per platform", ok,
+                f"{a['up']} B for {n_plat} platforms (limit {limit} B); {a['blob_puts']} blob PUTs, "
+                f"{a['reuploaded']} B of blobs the registry already had, {a['mounts']} mounts"))
+    rss = a.get("rss_kib", 0) / 1024
+    out.append(("apply peak RSS < 100 MiB", rss < 100, f"{rss:.1f} MiB"))
+    if a2 is None:
+        out.append(("second apply < 5% of the first, no blob uploads", False, "not run"))
+    else:
+        frac = a2["wall"] / a["wall"]
+        uploads = a2["upload_sessions"] + a2["blob_puts"] + a2["patches"] + a2["mounts"]
+        ok = a2["rc"] == 0 and frac < 0.05 and uploads == 0 and a2.get("outcome") == "already-patched"
+        out.append(("second apply < 5% of the first, no blob uploads", ok,
+                    f"{a2['wall']:.2f} s = {100 * frac:.1f}% of {a['wall']:.2f} s; outcome "
+                    f"{a2.get('outcome')}; {uploads} blob upload requests"))
+    return out
+
+
+def table(rows, floor_wall):
+    head = ("| route | wall | x floor | downloaded | uploaded | peak RSS | CPU | registry CPU | other CPU | exit |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    body = ""
+    for x in rows:
+        ratio = f"{x['wall'] / floor_wall:.2f}" if floor_wall else "-"
+        body += (f"| {x['label']} | {x['wall']:.2f} s | {ratio} | {fmt_bytes(x['down'])} | {fmt_bytes(x['up'])} | "
+                 f"{x.get('rss_kib', 0) / 1024:.1f} MiB | {x.get('user', 0) + x.get('sys', 0):.1f} s | "
+                 f"{x['registry_cpu']:.1f} s | {x['other_cpu']:.1f} s | {x['rc']} |\n")
+    return head + body
+
+
+def report(ctx, rows, targets, floor_wall):
+    m = ctx["machine"]
+    img = ctx["image"]
+    lines = [
+        "# runner-patch benchmark: latest results",
+        "",
+        f"Run {ctx['date']} at commit `{m['git']}`; reproduce with `make bench` "
+        "(= `cargo build --release --locked && bash bench/run.sh`; see bench/README.md).",
+        "",
+        "## Machine",
+        "",
+        f"- nproc: {m['nproc']}; CPU: {m['cpu']}; kernel: {m['kernel']}",
+        "- free -h:",
+        "",
+        "```",
+        m["free"],
+        "```",
+        "",
+        "- " + "; ".join(f"{k}: {v}" for k, v in m["tools"].items()),
+        "",
+        "## Image",
+        "",
+        f"`{REPO}:{TAG}`, Docker v2 manifest list, linux/amd64 + linux/arm64/v8 (Docker v2 children, "
+        f"gzip level {image.LEVEL} layers), {img['uncompressed'] / (1 << 30):.2f} GiB uncompressed per "
+        f"platform, {fmt_bytes(img['compressed'])} compressed per platform; layers (bottom to top): "
+        + ", ".join(f"{L['name']} {fmt_bytes(L['uncompressed'])} -> {fmt_bytes(L['size'])}"
+                    for L in img["layers"]) + ".",
+        f"Layer files {'generated in ' + format(ctx['generate_seconds'], '.1f') + ' s' if ctx['generated'] else 'from the cache'}; "
+        f"pushed to a fresh registry in {ctx['push_seconds']:.1f} s.",
+        "",
+        "## Results",
+        "",
+        table(rows, floor_wall),
+        "x floor: wall time over the fastest floor row. Bytes from the registry's access log "
+        "(downloads: GET response sizes; uploads: sizes in the registry's storage of the blobs and "
+        "manifests whose PUT completed). Peak RSS: largest single process (`/usr/bin/time -v`). CPU: "
+        "user+sys of the route's processes; registry CPU: the registry process during the route; "
+        "other CPU: everything else on the machine during the route (/proc/stat).",
+        "",
+        "## Targets",
+        "",
+    ]
+    for name, ok, detail in targets:
+        lines.append(f"- **{'PASS' if ok else 'FAIL'}** {name}: {detail}")
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in ctx["notes"]]
+    lines += ["", f"Whole run (bench.py, including generation and push): {ctx['total']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def outcome_of(path):
+    try:
+        with open(path) as f:
+            return json.load(f)["images"][0]["outcome"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "runner-patch"))
+    p.add_argument("--work", help="scratch folder (default: a new one under $TMPDIR, removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch folder and its registry data")
+    p.add_argument("--no-buildah", action="store_true", help="skip the buildah route")
+    p.add_argument("--cache", default=image.default_cache())
+    p.add_argument("--results", default=os.path.join(HERE, "results", "latest.md"))
+    a = p.parse_args(argv)
+    t_start = time.monotonic()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    binary = os.path.abspath(a.bin)
+    if not os.access(binary, os.X_OK):
+        log(f"bench: {binary} not found; build it first (cargo build --release)")
+        return 2
+    if not os.access("/usr/bin/time", os.X_OK):
+        log("bench: /usr/bin/time not found; install the Debian package `time`")
+        return 2
+    work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="runner-patch-bench.")
+    os.makedirs(work, exist_ok=True)
+    regdir = os.path.join(work, "registry")
+    notes = []
+    r = {}
+    try:
+        addr, reg_pid = fxreg.start(regdir)
+        log(f"registry {addr} (data in {regdir})")
+        layer_dir, layers, gen_s, cached = image.generate(a.cache, log)
+        pushed = image.push(addr, REPO, TAG, layer_dir, layers, log)
+        b = Bench(work, regdir, reg_pid, log)
+        src = f"{addr}/{REPO}"
+
+        # a. apply
+        map1 = os.path.join(work, "map1.json")
+        r["apply"] = b.measure("apply", "a. runner-patch apply", [
+            binary, "-v", "apply", "--backend", "cuda", "--repository", src, "--tag", TAG,
+            "--tag-suffix", "-bench1", "--manifest", map1])
+        r["apply"]["outcome"] = outcome_of(map1)
+
+        # b. the floor
+        plats = scanned_layers(pushed, map1)
+        decoders = [d for d in ("igzip", "pigz", "gzip") if shutil.which(d)]
+        for dec in decoders:
+            script = os.path.join(work, f"floor-{dec}.sh")
+            with open(script, "w") as f:
+                f.write(floor_script(addr, plats, dec))
+            r[f"floor_{dec}"] = b.measure(f"floor_{dec}", f"b. floor: curl \\| {dec} -dc", ["bash", script])
+        for dec, pkg in (("igzip", "isal"), ("pigz", "pigz")):
+            if dec not in decoders:
+                notes.append(f"{dec} (Debian {pkg}) not installed: no floor row for it; the floor is the "
+                             "fastest decoder present, so a missing fast one makes it looser.")
+
+        # c. rebuild routes
+        r["umoci"] = b.measure("umoci", "c. rebuild: skopeo + umoci", [
+            "bash", os.path.join(HERE, "rebuild_umoci.sh"), addr, REPO, TAG, f"{TAG}-rebuild-umoci",
+            os.path.join(work, "umoci")])
+        shutil.rmtree(os.path.join(work, "umoci"), ignore_errors=True)
+        if a.no_buildah:
+            notes.append("buildah route skipped (--no-buildah).")
+        elif not shutil.which("buildah"):
+            notes.append("buildah route skipped: buildah is not installed.")
+        else:
+            bw = os.path.join(work, "buildah")
+            r["buildah"] = b.measure("buildah", "c. rebuild: buildah", [
+                "bash", os.path.join(HERE, "rebuild_buildah.sh"), addr, REPO, TAG, f"{TAG}-rebuild-buildah", bw])
+            cleanup_buildah(bw, log)
+            if r["buildah"]["rc"] != 0:
+                notes.append("the buildah route failed here (see its stderr with --keep); it is "
+                             "reported as failed, not as a measurement.")
+
+        # d. apply on the already patched tag
+        map2 = os.path.join(work, "map2.json")
+        r["apply2"] = b.measure("apply2", "d. apply again (already patched)", [
+            binary, "apply", "--backend", "cuda", "--repository", src, "--tag", f"{TAG}-bench1",
+            "--manifest", map2])
+        r["apply2"]["outcome"] = outcome_of(map2)
+    except Exception as e:  # noqa: BLE001
+        log(f"bench: error: {type(e).__name__}: {e}")
+        return 2
+    finally:
+        fxreg.stop(regdir)
+        if not a.keep and not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+        elif a.keep:
+            log(f"kept {work}")
+
+    floors = [x for k, x in r.items() if k.startswith("floor_") and x["rc"] == 0]
+    floor_wall = min((x["wall"] for x in floors), default=None)
+    amd = pushed["platforms"]["linux/amd64"]["layers"]
+    notes += [
+        "runner-patch scans the platforms of an index concurrently (one task per child manifest), "
+        "each platform's layers one after another from the top; the floor does the same: one "
+        "`curl | decoder` chain per platform, both chains in parallel.",
+        f"Floor layers (from the digest map's layers_scanned): "
+        + "; ".join(f"{k}: {len(d)} layers" for k, d in plats) + ".",
+        "The amd64 and arm64 images share the big vllm layer and the small top layers; their base "
+        "layers differ. Each platform reads the shared layer itself, in apply and in the floor.",
+        "Uploads: distribution 2.8.2 logs no request sizes, so a blob upload counts the size of the "
+        "blob its completing `PUT ...?digest=` named (chunks sent by PATCH included), and a manifest "
+        "PUT the size of the manifest stored under its reference, both read from the registry's "
+        "storage. Blob mounts count 0 bytes and are listed in the targets.",
+        "The umoci route pushes its index with a few lines of Python (skopeo and umoci cannot make "
+        "one); the buildah route uses `buildah manifest`.",
+    ]
+    img_info = {"layers": amd, "uncompressed": sum(L["uncompressed"] for L in amd),
+                "compressed": sum(L["size"] for L in amd)}
+    rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "umoci", "buildah", "apply2")
+            if k in r]
+    ncpu = os.cpu_count() or 1
+    busy = [f"{x['label']} ({x['other_cpu']:.1f} CPU-s over {x['wall']:.1f} s)" for x in rows
+            if x["other_cpu"] > 0.1 * ncpu * x["wall"] and x["other_cpu"] > 0.5]
+    if busy:
+        notes.append("NOT A QUIET MACHINE: other processes used more than 10% of the CPUs during "
+                     + "; ".join(busy) + ". Ratios may be off; rerun when the machine is idle.")
+    else:
+        notes.append("Quiet machine: other processes used under 10% of the CPUs during every route.")
+    targets = check_targets(r, len(pushed["platforms"]))
+    ctx = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               machine=machine(), image=img_info, generated=not cached, generate_seconds=gen_s,
+               push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start)
+    text = report(ctx, rows, targets, floor_wall)
+    os.makedirs(os.path.dirname(a.results), exist_ok=True)
+    with open(a.results, "w") as f:
+        f.write(text)
+    print(text)
+    failed = [n for n, ok, _ in targets if not ok]
+    print(f"{len(targets) - len(failed)} targets passed, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def cleanup_buildah(bw, log):
+    """Removes the buildah route's storage (unmounting its overlay layers first)."""
+    if not os.path.isdir(bw):
+        return
+    base = ["buildah", "--root", os.path.join(bw, "root"), "--runroot", os.path.join(bw, "run"),
+            "--storage-driver", "overlay"]
+    for args in (["umount", "-a"], ["rm", "-a"], ["rmi", "-a", "-f"]):
+        subprocess.run(base + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open("/proc/self/mounts") as f:
+        mounted = [line.split()[1] for line in f if line.split()[1].startswith(bw + "/")]
+    for mnt in sorted(mounted, reverse=True):
+        subprocess.run(["umount", mnt], stderr=subprocess.DEVNULL)
+    with open("/proc/self/mounts") as f:
+        if any(line.split()[1].startswith(bw + "/") for line in f):
+            log(f"warning: mounts left under {bw}; not removing it")
+            return
+    shutil.rmtree(bw, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
