@@ -222,7 +222,10 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
 
     // The source tag must still point at what was read, or this would overwrite someone's push.
     let now = reg.manifest_digest(&source.at_tag(&plan.tag)).await?;
-    if now.as_deref() != Some(plan.original.digest.as_str()) && !opts.force {
+    // Another run that made the same (reproducible) image got there first: nothing to move.
+    let same_tag = source == target && plan.tag == plan.target_tag;
+    let done_by_other = same_tag && now.as_deref() == Some(new_top.digest.as_str());
+    if now.as_deref() != Some(plan.original.digest.as_str()) && !opts.force && !done_by_other {
         bail!(
             "{}:{} moved while patching (was {}, now {}); not overwriting it (use --force to override)",
             source,
@@ -259,7 +262,8 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
             continue;
         }
         let now = reg.manifest_digest(&source.at_tag(&c.source_tag)).await?;
-        if now.as_deref() != Some(c.original_digest.as_str()) && !opts.force {
+        let done_by_other = same_tag && now.as_deref() == Some(patched.digest.as_str());
+        if now.as_deref() != Some(c.original_digest.as_str()) && !opts.force && !done_by_other {
             tracing::warn!(
                 "{source}:{} moved while patching; left as it is",
                 c.source_tag

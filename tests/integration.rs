@@ -10,3 +10,5 @@ mod apply;
 mod pipeline;
 #[path = "it/refuse.rs"]
 mod refuse;
+#[path = "it/reliability.rs"]
+mod reliability;

@@ -940,7 +940,7 @@ impl Registry {
                 "fetching blob",
                 &what,
                 format!(
-                    "content does not match: {} bytes with digest {actual}",
+                    "digest mismatch: the registry served {} bytes whose digest is {actual}",
                     out.len()
                 ),
                 None,

@@ -35,6 +35,14 @@ pub struct Registry {
     child: Child,
 }
 
+fn config_yaml(storage: &Path, addr: &str, auth: Option<&str>) -> String {
+    format!(
+        "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n{}",
+        storage.display(),
+        auth.unwrap_or("")
+    )
+}
+
 impl Registry {
     pub fn start() -> Self {
         need("docker-registry");
@@ -45,30 +53,50 @@ impl Registry {
             .expect("addr")
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let cfg = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
-            dir.path().join("storage").display()
-        );
-        std::fs::write(dir.path().join("config.yml"), cfg).expect("write config");
-        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
-        let child = Command::new("docker-registry")
+        let child = Self::spawn(dir.path(), &addr, None);
+        let reg = Registry { dir, addr, child };
+        reg.wait_up();
+        reg
+    }
+
+    fn spawn(dir: &Path, addr: &str, auth: Option<&str>) -> Child {
+        std::fs::write(
+            dir.join("config.yml"),
+            config_yaml(&dir.join("storage"), addr, auth),
+        )
+        .expect("write config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("registry.log"))
+            .expect("log");
+        Command::new("docker-registry")
             .arg("serve")
-            .arg(dir.path().join("config.yml"))
+            .arg(dir.join("config.yml"))
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("spawn docker-registry");
-        let reg = Registry { dir, addr, child };
+            .expect("spawn docker-registry")
+    }
+
+    fn wait_up(&self) {
         let start = Instant::now();
-        while http_status(&reg.addr, "/v2/") != Some(200) {
+        while !matches!(http_status(&self.addr, "/v2/"), Some(200 | 401)) {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "registry did not come up: {}",
-                reg.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        reg
+    }
+
+    /// Restarts on the same port and storage with an `auth:` section (None: open again).
+    pub fn restart(&mut self, auth: Option<&str>) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.dir.path(), &self.addr, auth);
+        self.wait_up();
     }
 
     pub fn repo(&self) -> String {
@@ -166,8 +194,18 @@ impl Run {
 
 /// Runs the built binary in `cwd` with `args`.
 pub fn cli(cwd: &Path, args: &[&str]) -> Run {
+    cli_env(cwd, args, &[])
+}
+
+/// Runs the built binary with extra environment variables (and no inherited auth settings).
+pub fn cli_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out: Output = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
         .args(args)
+        .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env_remove("RUNNER_PATCH_USERNAME")
+        .env_remove("RUNNER_PATCH_PASSWORD")
+        .envs(env.iter().copied())
         .current_dir(cwd)
         .env_remove("RUNNER_PATCH_LOG")
         .stdin(Stdio::null())
@@ -342,4 +380,44 @@ pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("alter.py json")
+}
+
+/// A helper process from `tests/support` (token server, fault proxy): started, its one JSON
+/// ready-line read, killed on drop.
+pub struct Daemon {
+    child: Child,
+    pub ready: Value,
+}
+
+impl Daemon {
+    pub fn start(script: &str, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new("python3")
+            .arg(root().join("tests/support").join(script))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{script}: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("ready line");
+        let ready = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("{script} ready-line {line:?}: {e}"));
+        Daemon { child, ready }
+    }
+
+    pub fn addr(&self) -> String {
+        self.ready["addr"].as_str().expect("addr").to_owned()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -1,0 +1,449 @@
+//! Real-registry conditions: htpasswd and token auth with credentials from a Docker config,
+//! mounts with one token for both repositories, a fault-injecting proxy, concurrent runs, and
+//! secrets kept out of the most verbose logs.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+const TAG: &str = "cuda12.9-vllm0.27.1";
+const USER: &str = "ci-bot";
+const PASSWORD: &str = "pw-Zq8vT3xK";
+
+fn docker_config(dir: &Path, registry: &str) -> std::path::PathBuf {
+    let cfg = dir.join("docker");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    std::fs::write(
+        cfg.join("config.json"),
+        json!({"auths": {registry: {"auth": auth}}}).to_string(),
+    )
+    .expect("write");
+    cfg
+}
+
+fn patched_digest(map: &Value) -> String {
+    map["images"][0]["patched_digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no patched digest in {map}"))
+        .to_owned()
+}
+
+/// The digest a clean run gives (the fixture and the patch are reproducible).
+fn clean_digest() -> String {
+    let reg = Registry::start();
+    reg.seed(&[TAG]);
+    let work = tempfile::tempdir().expect("tmp");
+    let run = apply(&reg, work.path(), "cuda", &[TAG], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    patched_digest(&run.json())
+}
+
+#[test]
+fn htpasswd_auth_with_credentials_from_docker_config() {
+    let mut reg = Registry::start();
+    reg.seed(&[TAG]);
+    let ht = reg.dir.path().join("htpasswd");
+    let out = std::process::Command::new("python3")
+        .arg(root().join("tests/support/registry_auth.py"))
+        .args([
+            "htpasswd",
+            "--dir",
+            &reg.dir.path().display().to_string(),
+            "--user",
+            USER,
+            "--password",
+            PASSWORD,
+        ])
+        .output()
+        .expect("registry_auth.py");
+    assert!(
+        out.status.success() && ht.exists(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    reg.restart(Some(&format!(
+        "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+        ht.display()
+    )));
+    let work = tempfile::tempdir().expect("tmp");
+    let repo = reg.repo();
+
+    let anon = cli(
+        work.path(),
+        &[
+            "apply",
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            TAG,
+        ],
+    );
+    assert_eq!(anon.code, 2, "{}", anon.stderr);
+    assert!(
+        anon.stderr.contains("no credentials found"),
+        "{}",
+        anon.stderr
+    );
+
+    let cfg = docker_config(work.path(), &reg.addr);
+    let env = [("DOCKER_CONFIG", cfg.to_str().expect("utf8"))];
+    let run = cli_env(
+        work.path(),
+        &[
+            "apply",
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            TAG,
+            "--json",
+            "-vv",
+        ],
+        &env,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["images"][0]["outcome"], "patched");
+    assert!(!run.stderr.contains(PASSWORD), "password printed");
+    let v = cli_env(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+        &env,
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}
+
+#[test]
+fn token_auth_mounts_with_one_token_and_never_prints_secrets() {
+    let mut reg = Registry::start();
+    reg.seed(&[TAG]);
+    let tdir = reg.dir.path().join("token");
+    let ts = Daemon::start(
+        "token_server.py",
+        &[
+            "--dir",
+            tdir.to_str().expect("utf8"),
+            "--service",
+            "test-registry",
+            "--issuer",
+            "test-issuer",
+            "--user",
+            USER,
+            "--password",
+            PASSWORD,
+            "--ttl",
+            "300",
+        ],
+    );
+    let auth = format!(
+        "auth:\n  token:\n    realm: {}\n    service: test-registry\n    issuer: test-issuer\n    rootcertbundle: {}\n",
+        ts.ready["realm"].as_str().expect("realm"),
+        ts.ready["rootcert"].as_str().expect("rootcert")
+    );
+    reg.restart(Some(&auth));
+    let work = tempfile::tempdir().expect("tmp");
+    let cfg = docker_config(work.path(), &reg.addr);
+    let env = [
+        ("DOCKER_CONFIG", cfg.to_str().expect("utf8")),
+        ("RUNNER_PATCH_LOG", "trace"),
+    ];
+    let target = format!("{}/mirror/runner", reg.addr);
+    let run = cli_env(
+        work.path(),
+        &[
+            "apply",
+            "--backend",
+            "cuda",
+            "--repository",
+            &reg.repo(),
+            "--tag",
+            TAG,
+            "--target-repository",
+            &target,
+            "-vv",
+        ],
+        &env,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Secrets stay out of the most verbose output: no password, no JWT.
+    for out in [&run.stdout, &run.stderr] {
+        assert!(!out.contains(PASSWORD), "password printed");
+        assert!(!out.contains("eyJ"), "a token was printed");
+    }
+    // Layers were mounted with one token holding push on the target and pull on the source.
+    let log = std::fs::read_to_string(ts.ready["log"].as_str().expect("log")).expect("token log");
+    let mount_token = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| {
+            let access = e["access"].as_array().cloned().unwrap_or_default();
+            let has = |name: &str, action: &str| {
+                access.iter().any(|a| {
+                    a["name"] == name
+                        && a["actions"]
+                            .as_array()
+                            .is_some_and(|x| x.iter().any(|y| y == action))
+                })
+            };
+            has("mirror/runner", "push") && has("gpustack/runner", "pull")
+        });
+    assert!(
+        mount_token.is_some(),
+        "no token held push on the target and pull on the source:\n{log}"
+    );
+    let env = [("DOCKER_CONFIG", cfg.to_str().expect("utf8"))];
+    let v = cli_env(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+        &env,
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}
+
+/// One fault case: the run's expected result, then a clean re-run through the same proxy.
+struct Case {
+    name: &'static str,
+    plan: Value,
+    /// `None`: the faulty run succeeds (after retries); `Some(text)`: it fails naming `text`.
+    fails_with: Option<&'static str>,
+}
+
+#[test]
+fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
+    let expected = clean_digest();
+    let cases = vec![
+        Case {
+            name: "reset mid-download",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [3]}, "fault": {"kind": "reset_after_bytes", "bytes": 2000}}]),
+            fails_with: None,
+        },
+        Case {
+            name: "reset mid-upload",
+            plan: json!([{"match": {"method": "PUT", "path_regex": "/blobs/uploads/.*digest=", "nth": [1]}, "fault": {"kind": "reset_request_after_bytes", "bytes": 100}}]),
+            fails_with: None,
+        },
+        Case {
+            name: "burst of 503",
+            plan: json!([{"match": {"path_regex": "/manifests/", "nth": [1, 2, 3]}, "fault": {"kind": "status", "code": 503}}]),
+            fails_with: None,
+        },
+        Case {
+            name: "429 with Retry-After",
+            plan: json!([{"match": {"path_regex": "/blobs/", "nth": [1]}, "fault": {"kind": "status", "code": 429, "headers": {"Retry-After": "1"}}}]),
+            fails_with: None,
+        },
+        Case {
+            name: "truncated body",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [2]}, "fault": {"kind": "truncate", "bytes": 1500}}]),
+            fails_with: None,
+        },
+        Case {
+            name: "one byte changed",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [2]}, "fault": {"kind": "flip_byte", "offset": 300}}]),
+            fails_with: Some("digest mismatch"),
+        },
+        Case {
+            name: "HTML instead of JSON",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/manifests/"}, "fault": {"kind": "html", "code": 200}}]),
+            fails_with: Some("text/html"),
+        },
+        Case {
+            name: "no Docker-Content-Digest",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/manifests/"}, "fault": {"kind": "drop_header", "name": "Docker-Content-Digest"}}]),
+            fails_with: Some("Docker-Content-Digest"),
+        },
+        Case {
+            name: "wrong Content-Type",
+            plan: json!([{"match": {"method": "GET", "path_regex": "/manifests/"}, "fault": {"kind": "content_type", "value": "text/plain"}}]),
+            fails_with: Some("text/plain"),
+        },
+        Case {
+            name: "mount refused",
+            plan: json!([{"match": {"method": "POST", "path_regex": "mount="}, "fault": {"kind": "status", "code": 401}}]),
+            fails_with: None,
+        },
+    ];
+    for case in cases {
+        let reg = Registry::start();
+        let fixture = reg.seed(&[TAG]);
+        let original = fixture["images"][TAG]["digest"]
+            .as_str()
+            .expect("digest")
+            .to_owned();
+        let work = tempfile::tempdir().expect("tmp");
+        let plan_path = work.path().join("plan.json");
+        std::fs::write(&plan_path, case.plan.to_string()).expect("plan");
+        let proxy = Daemon::start(
+            "fault_proxy.py",
+            &[
+                "--upstream",
+                &reg.addr,
+                "--plan",
+                plan_path.to_str().expect("utf8"),
+                "--log",
+                work.path().join("proxy.log").to_str().expect("utf8"),
+            ],
+        );
+        let via = format!("{}/gpustack/runner", proxy.addr());
+        // The mount case needs a second repository; all others patch in place.
+        let extra: Vec<&str> = if case.name == "mount refused" {
+            vec!["--target-repository", "PLACEHOLDER"]
+        } else {
+            vec![]
+        };
+        let target = format!("{}/mirror/runner", proxy.addr());
+        let mut args = vec![
+            "apply",
+            "--backend",
+            "cuda",
+            "--repository",
+            via.as_str(),
+            "--tag",
+            TAG,
+            "--json",
+        ];
+        for a in &extra {
+            args.push(if *a == "PLACEHOLDER" {
+                target.as_str()
+            } else {
+                a
+            });
+        }
+        let run = cli(work.path(), &args);
+        let served_now = served(&format!("{}:{TAG}", reg.repo()));
+        match case.fails_with {
+            None => {
+                assert_eq!(run.code, 0, "{}: {}", case.name, run.stderr);
+                assert_eq!(
+                    patched_digest(&run.json()),
+                    expected,
+                    "{}: different digests after retries",
+                    case.name
+                );
+                if extra.is_empty() {
+                    assert_eq!(served_now, expected, "{}", case.name);
+                } else {
+                    assert_eq!(served_now, original, "{}: the source moved", case.name);
+                    assert_eq!(
+                        served(&format!("{}/mirror/runner:{TAG}", reg.addr)),
+                        expected,
+                        "{}",
+                        case.name
+                    );
+                }
+            }
+            Some(text) => {
+                assert_eq!(run.code, 2, "{}: {}", case.name, run.stderr);
+                assert!(
+                    run.stderr.contains(text),
+                    "{}: stderr lacks {text:?}: {}",
+                    case.name,
+                    run.stderr
+                );
+                assert_eq!(
+                    served_now, original,
+                    "{}: the source tag moved after a failure",
+                    case.name
+                );
+                assert!(
+                    !work.path().join("runner-patch-manifest.json").exists(),
+                    "{}: a map lists unpushed work",
+                    case.name
+                );
+            }
+        }
+        // A clean re-run through the same proxy finishes the work with the same digests.
+        std::fs::write(&plan_path, "[]").expect("plan");
+        let again = cli(work.path(), &args);
+        assert_eq!(again.code, 0, "{} (re-run): {}", case.name, again.stderr);
+        let map = again.json();
+        let outcome = map["images"][0]["outcome"]
+            .as_str()
+            .expect("outcome")
+            .to_owned();
+        if extra.is_empty() {
+            assert_eq!(
+                served(&format!("{}:{TAG}", reg.repo())),
+                expected,
+                "{} (re-run)",
+                case.name
+            );
+            assert!(
+                outcome == "patched" || outcome == "already-patched",
+                "{}: {outcome}",
+                case.name
+            );
+        } else {
+            assert_eq!(patched_digest(&map), expected);
+        }
+    }
+}
+
+#[test]
+fn two_concurrent_runs_end_with_one_patched_image() {
+    let reg = Registry::start();
+    reg.seed(&[TAG]);
+    let expected = {
+        let other = Registry::start();
+        other.seed(&[TAG]);
+        let w = tempfile::tempdir().expect("tmp");
+        patched_digest(&apply(&other, w.path(), "cuda", &[TAG], &[]).json())
+    };
+    let (a, b) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let repo = reg.repo();
+    let (ra, rb) = std::thread::scope(|s| {
+        let ha = s.spawn(|| {
+            cli(
+                a.path(),
+                &[
+                    "apply",
+                    "--backend",
+                    "cuda",
+                    "--repository",
+                    &repo,
+                    "--tag",
+                    TAG,
+                    "--json",
+                ],
+            )
+        });
+        let hb = s.spawn(|| {
+            cli(
+                b.path(),
+                &[
+                    "apply",
+                    "--backend",
+                    "cuda",
+                    "--repository",
+                    &repo,
+                    "--tag",
+                    TAG,
+                    "--json",
+                ],
+            )
+        });
+        (ha.join().expect("a"), hb.join().expect("b"))
+    });
+    for r in [&ra, &rb] {
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let map = r.json();
+        let outcome = map["images"][0]["outcome"].as_str().expect("outcome");
+        assert!(
+            outcome == "patched" || outcome == "already-patched",
+            "{outcome}"
+        );
+        assert_eq!(patched_digest(&map), expected);
+    }
+    assert_eq!(served(&format!("{repo}:{TAG}")), expected);
+    let v = cli(a.path(), &["verify", &format!("{repo}:{TAG}")]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+}
