@@ -166,6 +166,34 @@ def process_seconds(pid):
         return 0.0
 
 
+def all_processes():
+    """{pid: (name, CPU seconds)} of every process now running."""
+    out, hz = {}, os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.find("(") + 1:raw.rfind(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        out[int(pid)] = (name, (int(fields[11]) + int(fields[12])) / hz)
+    return out
+
+
+def busiest(before, after, skip, n=3):
+    """The long-running processes (other than SKIP) that used the most CPU between two snapshots."""
+    used = {}
+    for pid, (name, cpu) in after.items():
+        if pid in before and pid not in skip:
+            d = cpu - before[pid][1]
+            if d > 0.2:
+                used[name] = used.get(name, 0.0) + d
+    return ", ".join(f"{k} {v:.1f} s" for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:n])
+
+
 class Bench:
     def __init__(self, work, regdir, registry_pid, log=print):
         self.work, self.regdir, self.registry_pid, self.log = work, regdir, registry_pid, log
@@ -178,19 +206,21 @@ class Bench:
         start = os.path.getsize(self.logfile)
         before = self.storage.blobs()
         self.log(f"--- {label}: {' '.join(argv)}")
-        busy0, reg0 = busy_seconds(), process_seconds(self.registry_pid)
+        busy0, reg0, procs0 = busy_seconds(), process_seconds(self.registry_pid), all_processes()
         t = time.monotonic()
         with open(out, "wb") as o, open(err, "wb") as e:
             rc = subprocess.call(["/usr/bin/time", "-v", "-o", tv] + argv, stdout=o, stderr=e,
                                  stdin=subprocess.DEVNULL)
         wall = time.monotonic() - t
         busy, reg = busy_seconds() - busy0, process_seconds(self.registry_pid) - reg0
+        seen = busiest(procs0, all_processes(), {self.registry_pid, os.getpid()})
         time.sleep(0.5)  # let the registry finish writing its log lines
         row = dict(key=key, label=label, argv=argv, rc=rc, wall=wall, note=note, out=out, err=err,
                    **parse_time_v(tv), **account(self.logfile, start, self.storage, before))
         # CPU of processes that are not this route nor the registry (a busy machine skews ratios).
         row["registry_cpu"] = reg
         row["other_cpu"] = max(0.0, busy - reg - row.get("user", 0) - row.get("sys", 0))
+        row["other_seen"] = seen
         self.log(f"    {wall:.2f} s, exit {rc}, peak RSS {row.get('rss_kib', 0) / 1024:.1f} MiB, "
                  f"down {fmt_bytes(row['down'])}, up {fmt_bytes(row['up'])}")
         if rc != 0:
@@ -254,7 +284,7 @@ def scanned_layers(img, digest_map):
     return plats
 
 
-def machine():
+def machine(bin_info):
     def sh(cmd):
         try:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
@@ -267,6 +297,7 @@ def machine():
         "kernel": platform.release(),
         "free": sh("free -h"),
         "tools": {
+            "runner-patch": bin_info,
             "skopeo": sh("skopeo --version"),
             "umoci": sh("umoci --version"),
             "buildah": sh("buildah --version 2>/dev/null") or "not installed",
@@ -417,6 +448,12 @@ def main(argv=None):
     work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="runner-patch-bench.")
     os.makedirs(work, exist_ok=True)
     regdir = os.path.join(work, "registry")
+    # Measure a copy: a rebuild of target/ during the run must not swap binaries between routes.
+    snapshot = os.path.join(work, "runner-patch")
+    shutil.copy2(binary, snapshot)
+    built = datetime.datetime.fromtimestamp(os.path.getmtime(snapshot), datetime.timezone.utc)
+    version = subprocess.run([snapshot, "--version"], capture_output=True, text=True).stdout.strip()
+    bin_info = f"{version} (binary built {built:%Y-%m-%d %H:%M:%S} UTC)"
     notes = []
     r = {}
     try:
@@ -430,7 +467,7 @@ def main(argv=None):
         # a. apply
         map1 = os.path.join(work, "map1.json")
         r["apply"] = b.measure("apply", "a. runner-patch apply", [
-            binary, "-v", "apply", "--backend", "cuda", "--repository", src, "--tag", TAG,
+            snapshot, "-v", "apply", "--backend", "cuda", "--repository", src, "--tag", TAG,
             "--tag-suffix", "-bench1", "--manifest", map1])
         r["apply"]["outcome"] = outcome_of(map1)
 
@@ -468,7 +505,7 @@ def main(argv=None):
         # d. apply on the already patched tag
         map2 = os.path.join(work, "map2.json")
         r["apply2"] = b.measure("apply2", "d. apply again (already patched)", [
-            binary, "apply", "--backend", "cuda", "--repository", src, "--tag", f"{TAG}-bench1",
+            snapshot, "apply", "--backend", "cuda", "--repository", src, "--tag", f"{TAG}-bench1",
             "--manifest", map2])
         r["apply2"]["outcome"] = outcome_of(map2)
     except Exception as e:  # noqa: BLE001
@@ -504,7 +541,8 @@ def main(argv=None):
     rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "umoci", "buildah", "apply2")
             if k in r]
     ncpu = os.cpu_count() or 1
-    busy = [f"{x['label']} ({x['other_cpu']:.1f} CPU-s over {x['wall']:.1f} s)" for x in rows
+    busy = [f"{x['label']} ({x['other_cpu']:.1f} CPU-s over {x['wall']:.1f} s"
+            + (f"; long-running: {x['other_seen']}" if x["other_seen"] else "") + ")" for x in rows
             if x["other_cpu"] > 0.1 * ncpu * x["wall"] and x["other_cpu"] > 0.5]
     if busy:
         notes.append("NOT A QUIET MACHINE: other processes used more than 10% of the CPUs during "
@@ -513,7 +551,7 @@ def main(argv=None):
         notes.append("Quiet machine: other processes used under 10% of the CPUs during every route.")
     targets = check_targets(r, len(pushed["platforms"]))
     ctx = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               machine=machine(), image=img_info, generated=not cached, generate_seconds=gen_s,
+               machine=machine(bin_info), image=img_info, generated=not cached, generate_seconds=gen_s,
                push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start)
     text = report(ctx, rows, targets, floor_wall)
     os.makedirs(os.path.dirname(a.results), exist_ok=True)
