@@ -287,7 +287,7 @@ def scanned_layers(img, digest_map):
 def machine(bin_info):
     def sh(cmd):
         try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip("\n")
         except (OSError, subprocess.SubprocessError):
             return "?"
     cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-").strip()
@@ -303,6 +303,7 @@ def machine(bin_info):
             "buildah": sh("buildah --version 2>/dev/null") or "not installed",
             "docker-registry": sh("dpkg-query -W -f='${Version}' docker-registry 2>/dev/null"),
             "gzip": sh("gzip --version | head -1"),
+            "igzip": sh("igzip --version 2>&1 | head -1") or "not installed",
             "pigz": sh("pigz --version 2>&1") or "not installed",
             "curl": sh("curl --version | head -1"),
         },
