@@ -14,7 +14,7 @@ use crate::media::{self, layer_compression, platform_of, Descriptor, Document, K
 use crate::patch::{Decision, Outcome, PatchSpec};
 use crate::registry::{Registry, Repo};
 use crate::rewrite;
-use crate::scan::{self, EntryKind, FileEntry, Overlay, Wanted};
+use crate::scan::{self, EntryKind, FileEntry, LayerScan, Overlay, Wanted};
 
 /// The new objects of one patched platform, ready to push.
 #[derive(Debug, Clone)]
@@ -492,21 +492,9 @@ pub async fn scan_down(
             ));
             return Ok(out);
         };
-        let reader = reg.blob_reader(repo, desc).await?;
-        let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
-        let bar = crate::report::bar(format!("{label} {short}"), desc.size);
-        let bridge = crate::report::ProgressReader::new(SyncIoBridge::new(reader), bar);
-        let (d, o, w) = (desc.clone(), overlay.clone(), wanted.clone());
-        let layer =
-            tokio::task::spawn_blocking(move || scan::scan_layer(bridge, &d, compression, &o, &w))
-                .await
-                .context("layer scan task failed")?
-                .with_context(|| format!("reading {repo}"))?;
-        tracing::debug!(
-            "{label}: read layer {} ({} bytes)",
-            desc.digest,
-            layer.compressed_bytes
-        );
+        let layer = layer_scan(reg, repo, desc, compression, wanted, label)
+            .await?
+            .visible(&overlay);
         out.layers_scanned += 1;
         out.bytes_scanned += layer.compressed_bytes;
         out.pycs.extend(layer.pycs.iter().cloned());
@@ -522,6 +510,66 @@ pub async fn scan_down(
         }
     }
     Ok(out)
+}
+
+/// Scans of layers already read in this run, by digest and what was looked for: platforms and
+/// tags that share a layer read it once (a platform arriving while another reads it waits).
+type ScanCell = Arc<tokio::sync::OnceCell<Arc<LayerScan>>>;
+static LAYER_SCANS: std::sync::OnceLock<std::sync::Mutex<HashMap<(String, String), ScanCell>>> =
+    std::sync::OnceLock::new();
+
+/// One layer's scan, from this run's cache or read now.
+async fn layer_scan(
+    reg: &Registry,
+    repo: &Repo,
+    desc: &Descriptor,
+    compression: media::Compression,
+    wanted: &Wanted,
+    label: &str,
+) -> Result<Arc<LayerScan>> {
+    let key = (
+        desc.digest.clone(),
+        format!(
+            "{}|{}|{}",
+            wanted.target,
+            wanted.package,
+            wanted.companions.join(",")
+        ),
+    );
+    let cell = {
+        let mut map = LAYER_SCANS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.entry(key).or_default().clone()
+    };
+    let mut fresh = false;
+    let scan = cell
+        .get_or_try_init(|| async {
+            fresh = true;
+            let reader = reg.blob_reader(repo, desc).await?;
+            let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
+            let bar = crate::report::bar(format!("{label} {short}"), desc.size);
+            let bridge = crate::report::ProgressReader::new(SyncIoBridge::new(reader), bar);
+            let (d, w) = (desc.clone(), wanted.clone());
+            let layer =
+                tokio::task::spawn_blocking(move || scan::scan_layer(bridge, &d, compression, &w))
+                    .await
+                    .context("layer scan task failed")?
+                    .with_context(|| format!("reading {repo}"))?;
+            tracing::debug!(
+                "{label}: read layer {} ({} bytes)",
+                desc.digest,
+                layer.compressed_bytes
+            );
+            Ok::<_, anyhow::Error>(Arc::new(layer))
+        })
+        .await?
+        .clone();
+    if !fresh {
+        tracing::debug!("{label}: layer {} already read in this run", desc.digest);
+    }
+    Ok(scan)
 }
 
 /// Keeps the visible `.pyc` files that belong to the module at `path`.

@@ -8,7 +8,6 @@ use std::io::{self, Read};
 
 use flate2::read::MultiGzDecoder;
 
-use crate::digest::HashingReader;
 use crate::media::{Compression, Descriptor};
 
 /// The biggest target or companion file kept in memory (real ones are tens of KiB).
@@ -159,12 +158,6 @@ impl Wanted {
 pub enum ScanError {
     #[error("layer {digest}: {source}")]
     Read { digest: String, source: io::Error },
-    #[error("layer {digest}: digest mismatch: the registry served content whose sha256 is {actual} ({size} bytes)")]
-    Digest {
-        digest: String,
-        actual: String,
-        size: u64,
-    },
     #[error("layer {digest}: size mismatch: the manifest says {expected} bytes, the registry served {actual}")]
     Size {
         digest: String,
@@ -173,54 +166,90 @@ pub enum ScanError {
     },
 }
 
-/// Scans one layer read from `raw` (its compressed bytes), below the whiteouts in `overlay`.
+/// Counts the compressed bytes read, to check the size the manifest gives.
+struct Counting<R> {
+    inner: R,
+    count: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// Scans one layer read from `raw` (its compressed bytes), independently of the layers above,
+/// so the result can be shared by every image holding the layer; [`LayerScan::visible`] then
+/// applies an overlay. `raw` must verify the digest as it is read (as
+/// `Registry::blob_reader` does): the layer is read to its end so that check always runs.
 pub fn scan_layer<R: Read>(
     raw: R,
     desc: &Descriptor,
     compression: Compression,
-    overlay: &Overlay,
     wanted: &Wanted,
 ) -> Result<LayerScan, ScanError> {
     let err = |source: io::Error| ScanError::Read {
         digest: desc.digest.clone(),
         source,
     };
-    let mut hashing = HashingReader::new(raw);
+    let mut counting = Counting {
+        inner: raw,
+        count: 0,
+    };
     let mut scan = LayerScan::default();
     match compression {
         Compression::Gzip => {
-            let mut gz = MultiGzDecoder::new(&mut hashing);
-            scan_tar(&mut gz, overlay, wanted, &mut scan).map_err(err)?;
+            let mut gz = MultiGzDecoder::new(&mut counting);
+            scan_tar(&mut gz, wanted, &mut scan).map_err(err)?;
             // The tar ends before the gzip stream does; read the rest so the CRC is checked.
             io::copy(&mut gz, &mut io::sink()).map_err(err)?;
         }
-        Compression::None => scan_tar(&mut hashing, overlay, wanted, &mut scan).map_err(err)?,
+        Compression::None => scan_tar(&mut counting, wanted, &mut scan).map_err(err)?,
     }
-    let (actual, size) = hashing.finish().map_err(err)?;
-    if size != desc.size {
+    io::copy(&mut counting, &mut io::sink()).map_err(err)?;
+    if counting.count != desc.size {
         return Err(ScanError::Size {
             digest: desc.digest.clone(),
             expected: desc.size,
-            actual: size,
+            actual: counting.count,
         });
     }
-    if actual != desc.digest {
-        return Err(ScanError::Digest {
-            digest: desc.digest.clone(),
-            actual,
-            size,
-        });
-    }
-    scan.compressed_bytes = size;
+    scan.compressed_bytes = counting.count;
     Ok(scan)
 }
 
-fn scan_tar<R: Read>(
-    reader: R,
-    overlay: &Overlay,
-    wanted: &Wanted,
-    scan: &mut LayerScan,
-) -> io::Result<()> {
+impl LayerScan {
+    /// What of this layer is visible below the whiteouts of the layers above it.
+    pub fn visible(&self, overlay: &Overlay) -> LayerScan {
+        LayerScan {
+            targets: self
+                .targets
+                .iter()
+                .filter(|t| !overlay.hides(&t.path))
+                .cloned()
+                .collect(),
+            pycs: self
+                .pycs
+                .iter()
+                .filter(|p| !overlay.hides(p))
+                .cloned()
+                .collect(),
+            files: self
+                .files
+                .iter()
+                .filter(|(p, _)| !overlay.hides(p))
+                .map(|(p, c)| (p.clone(), c.clone()))
+                .collect(),
+            whiteouts: self.whiteouts.clone(),
+            opaques: self.opaques.clone(),
+            compressed_bytes: self.compressed_bytes,
+        }
+    }
+}
+
+fn scan_tar<R: Read>(reader: R, wanted: &Wanted, scan: &mut LayerScan) -> io::Result<()> {
     let mut archive = tar::Archive::new(reader);
     for entry in archive.entries()? {
         let mut entry = entry?;
@@ -235,9 +264,6 @@ fn scan_tar<R: Read>(
             } else {
                 scan.whiteouts.push(format!("{parent}/{hidden}"));
             }
-            continue;
-        }
-        if overlay.hides(&path) {
             continue;
         }
         let etype = entry.header().entry_type();

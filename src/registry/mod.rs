@@ -786,9 +786,11 @@ impl Registry {
         }
     }
 
-    /// Streams a blob. A connection that breaks mid-blob is resumed with a range request (or
-    /// re-read from the start where ranges are not supported), within the retry policy. The
-    /// caller checks the digest of what it reads.
+    /// Streams a blob, verified: its sha256 and size are checked as the bytes pass (on the
+    /// network side, so a consumer inflating them works in parallel), and the stream ends with
+    /// an error instead of a clean end when they do not match. A connection that breaks mid-blob
+    /// is resumed with a range request (or re-read from the start where ranges are not
+    /// supported), within the retry policy.
     pub fn blob_stream(
         &self,
         repo: &Repo,
@@ -804,6 +806,7 @@ impl Registry {
             body: Option<futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>>,
             failures: u32,
             done: bool,
+            hasher: sha2::Sha256,
         }
         let st = State {
             reg: self.clone(),
@@ -815,6 +818,7 @@ impl Registry {
             body: None,
             failures: 0,
             done: false,
+            hasher: sha2::Digest::new(),
         };
         futures_util::stream::unfold(st, |mut st| async move {
             loop {
@@ -849,6 +853,7 @@ impl Registry {
                             }
                         }
                         st.offset += chunk.len() as u64;
+                        sha2::Digest::update(&mut st.hasher, &chunk);
                         return Some((Ok(chunk), st));
                     }
                     Some(Err(e)) => {
@@ -886,6 +891,17 @@ impl Registry {
                                 st.size
                             );
                             continue;
+                        }
+                        let actual = format!(
+                            "sha256:{}",
+                            hex::encode(sha2::Digest::finalize_reset(&mut st.hasher))
+                        );
+                        if actual != st.digest || st.offset != st.size {
+                            let msg = format!(
+                                "blob {}@{}: digest mismatch: the registry served {} bytes (the manifest says {}) whose digest is {actual}",
+                                st.repo, st.digest, st.offset, st.size
+                            );
+                            return Some((Err(std::io::Error::other(msg)), st));
                         }
                         return None;
                     }
