@@ -6,7 +6,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 BIN := target/release/runner-patch
 
-.PHONY: all build demo demo-stop test test-rust test-proof verify-engine lint fmt clean
+.PHONY: all build demo demo-stop test test-rust test-proof verify-engine bench lint fmt clean
 
 all: build
 
@@ -29,6 +29,9 @@ test-proof: build
 
 verify-engine: build
 	bash tests/proof/verify_engine.sh
+
+bench: build
+	bash bench/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -281,7 +281,15 @@ def scanned_layers(img, digest_map):
             print(f"warning: {key}: layers_scanned={n} sum to {got} bytes, map says bytes_scanned={want}",
                   file=sys.stderr)
         plats.append((key, [L["digest"] for L in chosen]))
-    return plats
+    # runner-patch reads a layer shared by several platforms once per run (the others wait for
+    # that scan), so the floor reads each distinct blob once too.
+    seen = set()
+    deduped = []
+    for key, digests in plats:
+        mine = [d for d in digests if d not in seen]
+        seen.update(mine)
+        deduped.append((key, mine))
+    return [(k, d) for k, d in deduped if d]
 
 
 def machine(bin_info):
@@ -526,10 +534,11 @@ def main(argv=None):
         "runner-patch scans the platforms of an index concurrently (one task per child manifest), "
         "each platform's layers one after another from the top; the floor does the same: one "
         "`curl | decoder` chain per platform, both chains in parallel.",
-        f"Floor layers (from the digest map's layers_scanned): "
+        f"Floor layers (from the digest map's layers_scanned, each distinct blob once): "
         + "; ".join(f"{k}: {len(d)} layers" for k, d in plats) + ".",
         "The amd64 and arm64 images share the big vllm layer and the small top layers; their base "
-        "layers differ. Each platform reads the shared layer itself, in apply and in the floor.",
+        "layers differ. runner-patch reads a layer shared by several platforms once per run (the "
+        "other platforms wait for that scan); the floor reads each distinct blob once as well.",
         "Uploads: distribution 2.8.2 logs no request sizes, so a blob upload counts the size of the "
         "blob its completing `PUT ...?digest=` named (chunks sent by PATCH included), and a manifest "
         "PUT the size of the manifest stored under its reference, both read from the registry's "

@@ -911,12 +911,28 @@ impl Registry {
     }
 
     /// Streams a blob as an `AsyncRead`.
+    ///
+    /// The download (socket reads, sha256) runs in its own task and hands chunks over a
+    /// bounded channel, so it proceeds on another core while the reader inflates; the channel
+    /// bounds what is buffered to a few MiB.
     pub async fn blob_reader(
         &self,
         repo: &Repo,
         desc: &Descriptor,
     ) -> Result<impl AsyncRead + Send + Unpin + 'static, RegistryError> {
-        Ok(StreamReader::new(Box::pin(self.blob_stream(repo, desc))))
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
+        let mut stream = Box::pin(self.blob_stream(repo, desc));
+        tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                if tx.send(item).await.is_err() {
+                    break; // the reader is gone
+                }
+            }
+        });
+        let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        Ok(StreamReader::new(Box::pin(chunks)))
     }
 
     /// Reads a small blob (a config, the patch layer) whole, bounded and verified.
