@@ -117,6 +117,100 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
         &env,
     );
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+
+    // The same credentials through a credential helper (credHelpers), as Docker runs them.
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let helper = bin.join("docker-credential-rptest");
+    std::fs::write(&helper, format!("#!/bin/sh\nread server\nprintf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$server\"\n")).expect("helper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let hcfg = work.path().join("helper-config");
+    std::fs::create_dir_all(&hcfg).expect("mkdir");
+    std::fs::write(
+        hcfg.join("config.json"),
+        json!({"credHelpers": {reg.addr.as_str(): "rptest"}}).to_string(),
+    )
+    .expect("write");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let henv = [
+        ("DOCKER_CONFIG", hcfg.to_str().expect("utf8")),
+        ("PATH", path.as_str()),
+    ];
+    let again = cli_env(
+        work.path(),
+        &[
+            "apply",
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            TAG,
+            "--json",
+            "-vv",
+            "--manifest",
+            "again.json",
+        ],
+        &henv,
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.json()["images"][0]["outcome"], "already-patched");
+    assert!(!again.stderr.contains(PASSWORD), "password printed");
+}
+
+#[test]
+fn a_mirror_on_another_registry_gets_every_blob_streamed() {
+    let src = Registry::start();
+    let fixture = src.seed(&[TAG]);
+    let dst = Registry::start();
+    let work = tempfile::tempdir().expect("tmp");
+    let target = dst.repo();
+    let run = apply(
+        &src,
+        work.path(),
+        "cuda",
+        &[TAG],
+        &["--target-repository", &target],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let map = run.json();
+    assert_eq!(
+        served(&format!("{}:{TAG}", src.repo())),
+        fixture["images"][TAG]["digest"].as_str().expect("d"),
+        "source moved"
+    );
+    assert_eq!(served(&format!("{target}:{TAG}")), patched_digest(&map));
+    // Everything is on the mirror: skopeo + umoci pull and unpack each platform from it.
+    for arch in ["amd64", "arm64"] {
+        let (rootfs, _) = unpack(&format!("{target}:{TAG}"), arch, &work.path().join(arch));
+        let f = map["images"][0]["platforms"][0]["file"]
+            .as_str()
+            .expect("file")
+            .trim_start_matches('/');
+        assert!(std::fs::read_to_string(rootfs.join(f))
+            .expect("file")
+            .contains("runner-patch multiconnector-observe"));
+    }
+    let v = cli(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    // Rollback onto the mirror copies the original there and points the tag at it.
+    let rb = cli(
+        work.path(),
+        &["rollback", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert_eq!(
+        served(&format!("{target}:{TAG}")),
+        fixture["images"][TAG]["digest"].as_str().expect("d")
+    );
 }
 
 #[test]
@@ -262,6 +356,11 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
             name: "wrong Content-Type",
             plan: json!([{"match": {"method": "GET", "path_regex": "/manifests/"}, "fault": {"kind": "content_type", "value": "text/plain"}}]),
             fails_with: Some("text/plain"),
+        },
+        Case {
+            name: "monolithic upload refused",
+            plan: json!([{"match": {"method": "PUT", "path_regex": "/blobs/uploads/.*digest=", "nth": [1]}, "fault": {"kind": "status", "code": 400}}]),
+            fails_with: None,
         },
         Case {
             name: "mount refused",
