@@ -149,7 +149,28 @@ impl ImageRecord {
     }
 }
 
+/// Splits a map entry's `REPO:TAG` (as `source`/`target` hold them) into repository and tag.
+pub fn split_tagged(s: &str) -> Result<(crate::registry::Repo, String), String> {
+    let (repo, r) =
+        crate::registry::Repo::parse_reference(s).map_err(|e| format!("digest map: {e}"))?;
+    let tag = r
+        .tag()
+        .ok_or_else(|| format!("digest map: {s:?} has no tag"))?
+        .to_owned();
+    Ok((repo, tag))
+}
+
 impl DigestMap {
+    /// Every repository the map names, for a client that must reach them all.
+    pub fn repos(&self) -> Result<Vec<crate::registry::Repo>, String> {
+        let mut out = Vec::new();
+        for i in &self.images {
+            out.push(split_tagged(&i.source)?.0);
+            out.push(split_tagged(&i.target)?.0);
+        }
+        Ok(out)
+    }
+
     pub fn new(patch: &str, images: Vec<ImageRecord>) -> Self {
         let created = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)

@@ -7,6 +7,11 @@ use serde_json::json;
 use super::Status;
 use crate::cli::{Global, RollbackArgs};
 use crate::digest_map::DigestMap;
+
+/// `REPO:TAG` of a map entry, as an error this command reports.
+fn split_tagged(s: &str) -> Result<(Repo, String)> {
+    crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
+}
 use crate::push::copy_image;
 use crate::registry::{Registry, Repo};
 
@@ -17,15 +22,6 @@ struct Move {
     from: Option<String>,
     to: String,
     action: &'static str,
-}
-
-fn split_tagged(s: &str) -> Result<(Repo, String)> {
-    let (repo, r) = Repo::parse_reference(s).map_err(|e| anyhow!("digest map: {e}"))?;
-    let tag = r
-        .tag()
-        .ok_or_else(|| anyhow!("digest map: {s:?} has no tag"))?
-        .to_owned();
-    Ok((repo, tag))
 }
 
 /// Moves `tag` in `target` from `patched` back to `original` (read from `source`).
@@ -74,11 +70,7 @@ async fn restore(
 
 pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.manifest).map_err(|e| anyhow!(e))?;
-    let mut repos = Vec::new();
-    for i in &map.images {
-        repos.push(split_tagged(&i.source)?.0);
-        repos.push(split_tagged(&i.target)?.0);
-    }
+    let repos = map.repos().map_err(|e| anyhow!(e))?;
     let rt = super::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>());

@@ -9,6 +9,11 @@ use serde_json::{json, Value};
 use super::Status;
 use crate::cli::{Global, VerifyArgs};
 use crate::digest_map::DigestMap;
+
+/// `REPO:TAG` of a map entry, as an error this command reports.
+fn split_tagged(s: &str) -> Result<(Repo, String)> {
+    crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
+}
 use crate::media::{is_attestation, platform_of, Descriptor, Document, Kind};
 use crate::patch::PatchSpec;
 use crate::registry::{Registry, Repo};
@@ -74,15 +79,6 @@ async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Resul
             .push(verify_platform(reg, spec, &repo, name, &m, None).await?);
     }
     Ok(check)
-}
-
-fn split_tagged(s: &str) -> Result<(Repo, String)> {
-    let (repo, r) = Repo::parse_reference(s).map_err(|e| anyhow!("digest map: {e}"))?;
-    let tag = r
-        .tag()
-        .ok_or_else(|| anyhow!("digest map: {s:?} has no tag"))?
-        .to_owned();
-    Ok((repo, tag))
 }
 
 async fn check_record(
@@ -213,10 +209,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
         repos.push(Repo::parse_reference(r).map_err(|e| anyhow!(e))?.0);
     }
     if let Some(m) = &map {
-        for i in &m.images {
-            repos.push(split_tagged(&i.source)?.0);
-            repos.push(split_tagged(&i.target)?.0);
-        }
+        repos.extend(m.repos().map_err(|e| anyhow!(e))?);
     }
     let rt = super::runtime()?;
     rt.block_on(async {

@@ -305,6 +305,28 @@ struct Call<'a> {
     scope: Scope,
 }
 
+impl<'a> Call<'a> {
+    /// A read: the token needs pull on the repository.
+    fn pull(op: &'static str, what: &'a str, repo: &'a Repo) -> Self {
+        Call {
+            op,
+            what,
+            repo,
+            scope: Scope::pull(&repo.repository),
+        }
+    }
+
+    /// A write: the token needs pull and push on the repository.
+    fn push(op: &'static str, what: &'a str, repo: &'a Repo) -> Self {
+        Call {
+            op,
+            what,
+            repo,
+            scope: Scope::push(&repo.repository),
+        }
+    }
+}
+
 /// How a request's body is made for each attempt.
 enum Body {
     Empty,
@@ -500,12 +522,7 @@ impl Registry {
         let op = "fetching manifest";
         let resp = self
             .send(
-                Call {
-                    op,
-                    what: &what,
-                    repo: &repo,
-                    scope: Scope::pull(&repo.repository),
-                },
+                Call::pull(op, &what, &repo),
                 Method::GET,
                 &self.manifest_url(r, &repo),
                 Self::accept(),
@@ -623,12 +640,7 @@ impl Registry {
         let what = r.whole();
         let resp = self
             .send(
-                Call {
-                    op: "resolving",
-                    what: &what,
-                    repo: &repo,
-                    scope: Scope::pull(&repo.repository),
-                },
+                Call::pull("resolving", &what, &repo),
                 Method::HEAD,
                 &self.manifest_url(r, &repo),
                 Self::accept(),
@@ -673,12 +685,7 @@ impl Registry {
         );
         let resp = self
             .send(
-                Call {
-                    op,
-                    what: &what,
-                    repo: &repo,
-                    scope: Scope::push(&repo.repository),
-                },
+                Call::push(op, &what, &repo),
                 Method::PUT,
                 &self.manifest_url(r, &repo),
                 h,
@@ -717,12 +724,7 @@ impl Registry {
         let url = format!("{}/blobs/{digest}", self.base(repo));
         let resp = self
             .send(
-                Call {
-                    op: "checking blob",
-                    what: &what,
-                    repo,
-                    scope: Scope::pull(&repo.repository),
-                },
+                Call::pull("checking blob", &what, repo),
                 Method::HEAD,
                 &url,
                 HeaderMap::new(),
@@ -759,12 +761,7 @@ impl Registry {
         }
         let resp = self
             .send(
-                Call {
-                    op: "fetching blob",
-                    what: &what,
-                    repo,
-                    scope: Scope::pull(&repo.repository),
-                },
+                Call::pull("fetching blob", &what, repo),
                 Method::GET,
                 &url,
                 h,
@@ -986,12 +983,7 @@ impl Registry {
         let url = format!("{}/blobs/uploads/", self.base(repo));
         let resp = self
             .send(
-                Call {
-                    op: "uploading blob",
-                    what,
-                    repo,
-                    scope: Scope::push(&repo.repository),
-                },
+                Call::push("uploading blob", what, repo),
                 Method::POST,
                 &url,
                 HeaderMap::new(),
@@ -1055,12 +1047,7 @@ impl Registry {
         let loc = self.upload_start(repo, &what).await?;
         let resp = self
             .send(
-                Call {
-                    op: "uploading blob",
-                    what: &what,
-                    repo,
-                    scope: Scope::push(&repo.repository),
-                },
+                Call::push("uploading blob", &what, repo),
                 Method::PUT,
                 &Self::with_digest(&loc, digest),
                 octet(),
@@ -1084,12 +1071,7 @@ impl Registry {
         }
         let resp = self
             .send(
-                Call {
-                    op: "uploading blob",
-                    what: &what,
-                    repo,
-                    scope: Scope::push(&repo.repository),
-                },
+                Call::push("uploading blob", &what, repo),
                 Method::PATCH,
                 &loc,
                 h,
@@ -1114,12 +1096,7 @@ impl Registry {
             .unwrap_or(loc);
         let resp = self
             .send(
-                Call {
-                    op: "uploading blob",
-                    what: &what,
-                    repo,
-                    scope: Scope::push(&repo.repository),
-                },
+                Call::push("uploading blob", &what, repo),
                 Method::PUT,
                 &Self::with_digest(&loc, digest),
                 octet(),
@@ -1268,12 +1245,7 @@ impl Registry {
         for _ in 0..10_000 {
             let resp = self
                 .send(
-                    Call {
-                        op: "listing tags of",
-                        what: &what,
-                        repo,
-                        scope: Scope::pull(&repo.repository),
-                    },
+                    Call::pull("listing tags of", &what, repo),
                     Method::GET,
                     &url,
                     HeaderMap::new(),
