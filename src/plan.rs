@@ -142,7 +142,8 @@ pub async fn plan_image(
                     continue;
                 }
                 let platform = platform_of(entry).unwrap_or_else(|| format!("manifests[{i}]"));
-                let (reg, spec, source) = (reg.clone(), spec.clone(), source.clone());
+                let (reg, spec, source, tag) =
+                    (reg.clone(), spec.clone(), source.clone(), tag.to_owned());
                 jobs.push(tokio::spawn(async move {
                     let child = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
                     if !matches!(child.kind(), Some(Kind::Manifest(_))) {
@@ -152,7 +153,7 @@ pub async fn plan_image(
                             child.media_type
                         );
                     }
-                    plan_platform(&reg, &spec, &source, platform, child).await
+                    plan_platform(&reg, &spec, &source, &tag, platform, child).await
                 }));
             }
             for job in jobs {
@@ -160,7 +161,8 @@ pub async fn plan_image(
             }
         }
         Kind::Manifest(_) => {
-            platforms.push(plan_platform(&reg, &spec, source, String::new(), top.clone()).await?);
+            platforms
+                .push(plan_platform(&reg, &spec, source, tag, String::new(), top.clone()).await?);
         }
     }
 
@@ -273,6 +275,7 @@ async fn plan_platform(
     reg: &Registry,
     spec: &PatchSpec,
     repo: &Repo,
+    tag: &str,
     platform: String,
     manifest: Document,
 ) -> Result<PlatformPlan> {
@@ -320,14 +323,7 @@ async fn plan_platform(
         companions: spec.guards.iter().map(|g| g.target.clone()).collect(),
         package: spec.package.clone(),
     };
-    let label = format!(
-        "{} {}",
-        repo.repository
-            .rsplit('/')
-            .next()
-            .unwrap_or(&repo.repository),
-        platform
-    );
+    let label = format!("{tag} {platform}");
     let found = match find(reg, repo, &layers, &wanted, &label).await? {
         Ok(f) => f,
         Err((reason, layers_scanned, bytes_scanned)) => {

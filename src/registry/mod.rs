@@ -1181,9 +1181,12 @@ impl Registry {
         loop {
             attempt += 1;
             let loc = self.upload_start(target, &what).await?;
+            let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
+            let bar = crate::report::bar(format!("copy {short} to {}", target.registry), desc.size);
+            let counted = bar.clone();
             let stream = self
                 .blob_stream(source, desc)
-                .map_err(std::io::Error::other);
+                .inspect_ok(move |c| counted.inc(c.len() as u64));
             let ep = target.endpoint();
             let authz = self
                 .inner
@@ -1201,7 +1204,9 @@ impl Registry {
             if let Some(a) = authz {
                 req = req.header(reqwest::header::AUTHORIZATION, a);
             }
-            let failure = match req.send().await {
+            let sent = req.send().await;
+            bar.finish_and_clear();
+            let failure = match sent {
                 Ok(resp) if resp.status() == StatusCode::CREATED => return Ok(()),
                 Ok(resp) => {
                     let s = resp.status();
