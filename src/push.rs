@@ -166,6 +166,18 @@ pub async fn copy_image(
     Ok(rep)
 }
 
+/// Points the target tag at the source image as it is (one that already carries the patch),
+/// copying it into the target repository first when that is another one.
+pub async fn publish_as_is(reg: &Registry, plan: &ImagePlan) -> Result<PushReport> {
+    let mut rep = copy_image(reg, &plan.source, &plan.target, &plan.original).await?;
+    let tref = plan.target.at_tag(&plan.target_tag);
+    if reg.manifest_digest(&tref).await?.as_deref() != Some(plan.original.digest.as_str()) {
+        reg.manifest_put(&tref, &plan.original).await?;
+        rep.tag_moved = true;
+    }
+    Ok(rep)
+}
+
 /// Pushes a patched plan. The tag is written last; any failure before leaves it untouched.
 pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result<PushReport> {
     let Some(new_top) = &plan.new_top else {

@@ -11,7 +11,7 @@ use crate::cli::{Backend, Global, ImageArgs};
 use crate::digest_map::{DigestMap, ImageRecord};
 use crate::patch::{Outcome, PatchSpec};
 use crate::plan::{plan_image, ImagePlan};
-use crate::push::{push, PushOptions, PushReport};
+use crate::push::{publish_as_is, push, PushOptions, PushReport};
 use crate::registry::{Registry, Repo};
 use crate::version::Version;
 
@@ -143,7 +143,13 @@ async fn run_async(
                 for p in &plan.platforms {
                     tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
                 }
-                let report = if plan.outcome == Outcome::Patched && !dry_run {
+                let elsewhere = plan.target != plan.source || plan.target_tag != plan.tag;
+                let report = if plan.outcome == Outcome::AlreadyPatched && elsewhere && !dry_run {
+                    // The source already carries the patch: the target name gets that image.
+                    let r = publish_as_is(&reg, &plan).await?;
+                    tracing::info!("{tag}: already patched; {target}:{target_tag} now points at it");
+                    Some(r)
+                } else if plan.outcome == Outcome::Patched && !dry_run {
                     let r = push(&reg, &plan, opts).await?;
                     tracing::info!(
                         "{tag}: pushed {target}:{target_tag} ({} blob(s) uploaded, {} bytes; {} mounted, {} copied, {} already there; {} manifest(s))",

@@ -435,3 +435,41 @@ fn dry_run_pushes_nothing_and_writes_no_map() {
     assert_eq!(reg.storage(), before);
     assert!(!work.path().join("runner-patch-manifest.json").exists());
 }
+
+#[test]
+fn an_already_patched_source_is_published_under_the_target_name() {
+    let reg = Registry::start();
+    reg.seed(&["cuda12.8-vllm0.27.1"]);
+    let work = tempfile::tempdir().expect("tmp");
+    let first = apply(&reg, work.path(), "cuda", &["cuda12.8-vllm0.27.1"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let patched = image(&first.json(), "cuda12.8-vllm0.27.1")["patched_digest"].clone();
+    let target = format!("{}/mirror/runner", reg.addr);
+    let again = apply(
+        &reg,
+        work.path(),
+        "cuda",
+        &["cuda12.8-vllm0.27.1"],
+        &["--target-repository", &target, "--tag-suffix", "-p2"],
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let img = image(&again.json(), "cuda12.8-vllm0.27.1").clone();
+    assert_eq!(img["outcome"], "already-patched");
+    assert_eq!(img["patched_digest"], patched);
+    assert_eq!(
+        served(&format!("{target}:cuda12.8-vllm0.27.1-p2")),
+        patched.as_str().expect("digest")
+    );
+    let (rootfs, _) = unpack(
+        &format!("{target}:cuda12.8-vllm0.27.1-p2"),
+        "amd64",
+        work.path(),
+    );
+    let f = img["platforms"][0]["file"]
+        .as_str()
+        .expect("file")
+        .trim_start_matches('/');
+    assert!(std::fs::read_to_string(rootfs.join(f))
+        .expect("file")
+        .contains("runner-patch multiconnector-observe"));
+}
