@@ -6,7 +6,12 @@ use sha2::{Digest as _, Sha256};
 
 /// `sha256:<hex>` of a byte slice.
 pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    finish(Sha256::new_with_prefix(bytes))
+}
+
+/// `sha256:<hex>` of what a hasher has seen.
+pub fn finish(hasher: Sha256) -> String {
+    format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
 /// Checks the shape of a digest string coming from a registry or a document.
@@ -37,14 +42,7 @@ impl<R: Read> HashingReader<R> {
     /// Reads the rest to the end, then returns the digest and byte count of everything read.
     pub fn finish(mut self) -> io::Result<(String, u64)> {
         io::copy(&mut self, &mut io::sink())?;
-        Ok((
-            format!("sha256:{}", hex::encode(self.hasher.finalize())),
-            self.count,
-        ))
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count
+        Ok((finish(self.hasher), self.count))
     }
 }
 
@@ -74,11 +72,7 @@ impl<W: Write> HashingWriter<W> {
     }
 
     pub fn finish(self) -> (W, String, u64) {
-        (
-            self.inner,
-            format!("sha256:{}", hex::encode(self.hasher.finalize())),
-            self.count,
-        )
+        (self.inner, finish(self.hasher), self.count)
     }
 }
 

@@ -208,7 +208,11 @@ impl Retry {
     /// The wait before attempt `n` (1-based retry count), with ±50% jitter.
     fn backoff(&self, n: u32) -> Duration {
         let exp = self.base.saturating_mul(1u32 << n.min(16)).min(self.cap);
-        let nanos = Instant::now().elapsed().subsec_nanos() ^ std::process::id().rotate_left(n);
+        // Jitter from the clock's sub-second part, so runs and processes spread their retries.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let nanos = clock ^ std::process::id().rotate_left(n);
         let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
         exp.mul_f64(jitter)
     }
@@ -889,10 +893,7 @@ impl Registry {
                             );
                             continue;
                         }
-                        let actual = format!(
-                            "sha256:{}",
-                            hex::encode(sha2::Digest::finalize_reset(&mut st.hasher))
-                        );
+                        let actual = crate::digest::finish(std::mem::take(&mut st.hasher));
                         if actual != st.digest || st.offset != st.size {
                             let msg = format!(
                                 "blob {}@{}: digest mismatch: the registry served {} bytes (the manifest says {}) whose digest is {actual}",
