@@ -19,7 +19,7 @@ every one). Each rule counts on its own; the first rule whose nth fits wins.
 The file is re-read on every request; when its content changes the rules and
 counters start afresh (a parse error keeps the old plan). Fault kinds:
 reset_after_bytes, status, truncate, flip_byte, reset_request_after_bytes,
-html, drop_header, content_type, delay -- see README.md for each one.
+html, drop_header, content_type, delay, hold -- see README.md for each one.
 
 --log FILE gets one JSON line per request: method, path, status, fault, rule,
 nth, req_bytes, resp_bytes, outcome, error. Ready-line: {"addr", "upstream"}.
@@ -28,6 +28,7 @@ nth, req_bytes, resp_bytes, outcome, error. Ready-line: {"addr", "upstream"}.
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import socket
@@ -198,6 +199,10 @@ class Proxy:
                 return await self.local(cwriter, creader, fault, req_fr, expect, keep, rec)
             if kind == "delay":
                 await asyncio.sleep(float(fault.get("seconds", 1)))
+            if kind == "hold" and not fault.get("after_upstream"):
+                rec["outcome"] = "held"
+                await self.hold(creader, fault)
+                return False
             return await self.forward(creader, cwriter, method, target, headers, req_fr,
                                       expect, keep, fault or {}, rec)
         except Reset:
@@ -256,6 +261,12 @@ class Proxy:
             resp = await head_task
             if resp is None:
                 raise ConnectionError("upstream closed without a response")
+            if kind == "hold":  # the request is applied upstream; its answer never comes
+                async for _ in body_chunks(ureader, framing(resp[1], method == "HEAD")):
+                    pass
+                rec.update(status=int(resp[0].split(" ")[1]), outcome="held")
+                await self.hold(creader, fault)
+                return False
             if limit is not None:  # body shorter than the limit: request done, response lost
                 async for _ in body_chunks(ureader, framing(resp[1], method == "HEAD")):
                     pass
@@ -271,6 +282,17 @@ class Proxy:
             return await self.respond(ureader, cwriter, method, resp, keep, fault, rec)
         finally:
             uwriter.transport.abort()
+
+    async def hold(self, creader, fault):
+        """Signal that the request arrived (by creating the `signal` file), then answer nothing
+        until the client goes away: a test kills the client at exactly this request."""
+        path = fault.get("signal")
+        if path:
+            with open(path + ".tmp", "w") as fh:
+                fh.write(str(time.time()))
+            os.replace(path + ".tmp", path)
+        while await creader.read(65536):
+            pass
 
     async def send_body(self, creader, uwriter, fr, limit, rec):
         """Stream the request body upstream; True when `limit` bytes were cut off."""
