@@ -1,8 +1,11 @@
 //! The digest map: the record the release pipeline keeps of what each tag pointed to before and
-//! after. Its field names are a contract; it is written atomically (temporary file, then rename).
+//! after. Its field names are a contract. While `apply` runs, a [`Recorder`] keeps the map on
+//! disk current: each original is written (atomically, fsynced) before the tag it belongs to
+//! moves, and merged with what earlier runs recorded, so no failure, kill or re-run loses one.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +41,11 @@ pub struct ImageRecord {
     /// Per-platform companion tags (`<tag>-linux-amd64`) and whether they were moved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub companions: Vec<CompanionRecord>,
+    /// The run that wrote this record was about to move (or moving) its tags and has not
+    /// finished: each tag may point at the original or at the patched digest. A re-run
+    /// completes it; `rollback` restores whatever moved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_progress: bool,
 }
 
 /// A per-platform companion tag.
@@ -90,11 +98,17 @@ impl ImageRecord {
             Outcome::AlreadyPatched => Some(p.original.digest.clone()),
             _ => None,
         };
+        // An already patched image names its original itself (label or annotation); without
+        // that, the best the registry can tell is what the tag serves now.
+        let original_digest = p
+            .recorded_original
+            .clone()
+            .unwrap_or_else(|| p.original.digest.clone());
         ImageRecord {
             source: format!("{}:{}", p.source, p.tag),
             target: format!("{}:{}", p.target, p.target_tag),
             outcome: p.outcome.as_str().to_owned(),
-            original_digest: p.original.digest.clone(),
+            original_digest,
             patched_digest,
             media_type: p.original.media_type.clone(),
             reason: p.reason.clone(),
@@ -107,13 +121,24 @@ impl ImageRecord {
             companions: p
                 .companions
                 .iter()
-                .map(|c| CompanionRecord {
-                    platform: c.platform.clone(),
-                    source: format!("{}:{}", p.source, c.source_tag),
-                    target: format!("{}:{}", p.target, c.target_tag),
-                    original_digest: c.current.clone(),
-                    patched_digest: c.patched.as_ref().map(|d| d.digest.clone()),
-                    moved: pushed.is_some_and(|r| r.companions_moved.contains(&c.target_tag)),
+                .map(|c| {
+                    // Only a companion on the original child (or already on the patched one)
+                    // is this image's to move; one pointing elsewhere is recorded as it is.
+                    let ours = crate::push::companion_is_ours(c);
+                    let patched = c.patched.as_ref().filter(|_| ours);
+                    CompanionRecord {
+                        platform: c.platform.clone(),
+                        source: format!("{}:{}", p.source, c.source_tag),
+                        target: format!("{}:{}", p.target, c.target_tag),
+                        original_digest: if ours {
+                            c.original_digest.clone()
+                        } else {
+                            c.current.clone()
+                        },
+                        patched_digest: patched.map(|d| d.digest.clone()),
+                        moved: pushed.is_some_and(|r| r.companions_moved.contains(&c.target_tag))
+                            || patched.is_some_and(|d| d.digest == c.current),
+                    }
                 })
                 .collect(),
             platforms: p
@@ -122,7 +147,10 @@ impl ImageRecord {
                 .map(|pl| PlatformRecord {
                     platform: pl.platform.clone(),
                     outcome: pl.outcome.as_str().to_owned(),
-                    original_digest: pl.original.digest.clone(),
+                    original_digest: pl
+                        .recorded_original
+                        .clone()
+                        .unwrap_or_else(|| pl.original.digest.clone()),
                     patched_digest: match pl.outcome {
                         Outcome::Patched => pl.new.as_ref().map(|n| n.manifest.digest.clone()),
                         Outcome::AlreadyPatched => Some(pl.original.digest.clone()),
@@ -145,8 +173,175 @@ impl ImageRecord {
                     }),
                 })
                 .collect(),
+            in_progress: false,
         }
     }
+
+    /// Whether `rollback` has something to put back: a tag moved off a known original.
+    pub fn restorable(&self) -> bool {
+        self.patched_digest
+            .as_ref()
+            .is_some_and(|p| *p != self.original_digest)
+    }
+}
+
+/// Merges a new record into the list, never replacing an original an earlier record holds.
+///
+/// The last record for the same target decides: when the new record starts from the same
+/// original, it replaces it (the same work, further along); when it starts from the digest the
+/// earlier record patched to (a re-run after a failure or a kill, or a re-run that finds the
+/// image already patched), the earlier originals stay and only the progress is taken over; when
+/// it starts from anything else (someone moved the tag in between), both are kept.
+pub fn merge(images: &mut Vec<ImageRecord>, new: ImageRecord) {
+    let Some(i) = images.iter().rposition(|r| r.target == new.target) else {
+        images.push(new);
+        return;
+    };
+    let old = &mut images[i];
+    let continues = old.patched_digest.is_some()
+        && (old.patched_digest.as_deref() == Some(new.original_digest.as_str())
+            || (new.outcome == Outcome::AlreadyPatched.as_str()
+                && new.patched_digest == old.patched_digest));
+    if continues {
+        // Progress on the same lineage: every original already recorded stays.
+        old.in_progress = new.in_progress;
+        for c in new.companions {
+            match old.companions.iter_mut().find(|o| o.target == c.target) {
+                Some(o) if c.patched_digest == o.patched_digest => o.moved |= c.moved,
+                Some(o) if o.patched_digest.is_none() && c.patched_digest.is_some() => {
+                    o.patched_digest = c.patched_digest;
+                    o.moved = c.moved;
+                }
+                Some(_) => {}
+                None => old.companions.push(c),
+            }
+        }
+    } else if new.original_digest == old.original_digest {
+        *old = new;
+    } else {
+        images.push(new);
+    }
+}
+
+/// Keeps the digest map on disk current while a run moves tags (see the module doc).
+pub struct Recorder {
+    path: PathBuf,
+    map: Mutex<DigestMap>,
+    /// How many records the map held before this run (they keep their place).
+    earlier: usize,
+    /// Whether anything this run did must be on disk (set by the first record).
+    dirty: Mutex<bool>,
+}
+
+impl Recorder {
+    /// Checks, before any registry is touched, that the map can be written where asked: the
+    /// path is not a directory, its folder exists and takes a file, and a map already there
+    /// is one this tool can read (it is merged, never replaced).
+    pub fn open(path: &Path, patch: &str) -> Result<Self, String> {
+        let shown = path.display();
+        if path.is_dir() {
+            return Err(format!("digest map path {shown} is a directory"));
+        }
+        let dir = parent_dir(path);
+        if !dir.is_dir() {
+            return Err(format!(
+                "cannot write digest map {shown}: folder {} does not exist",
+                dir.display()
+            ));
+        }
+        let map = if path.exists() {
+            let m = DigestMap::read(path)?;
+            if m.patch != patch {
+                return Err(format!(
+                    "digest map {shown} records patch {:?}, not {patch:?}; choose another --manifest",
+                    m.patch
+                ));
+            }
+            m
+        } else {
+            DigestMap::new(patch, Vec::new())
+        };
+        // Probe: the same kind of write the map itself will need.
+        let probe = tmp_path(path);
+        std::fs::write(&probe, b"{}")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|e| format!("cannot write digest map {shown}: {e}"))?;
+        Ok(Recorder {
+            path: path.to_owned(),
+            earlier: map.images.len(),
+            map: Mutex::new(map),
+            dirty: Mutex::new(false),
+        })
+    }
+
+    /// Merges one record and writes the whole map before returning: a caller about to move a
+    /// tag calls this first, and does not move it if this fails.
+    pub fn record(&self, rec: ImageRecord) -> Result<(), String> {
+        let mut map = self.map.lock().map_err(|_| "digest map lock poisoned")?;
+        merge(&mut map.images, rec);
+        map.tool = format!("runner-patch {}", env!("CARGO_PKG_VERSION"));
+        map.write(&self.path)
+            .map_err(|e| format!("cannot write digest map {}: {e}", self.path.display()))?;
+        if let Ok(mut d) = self.dirty.lock() {
+            *d = true;
+        }
+        Ok(())
+    }
+
+    /// Puts this run's new records in the order of `targets` (records arrive as images
+    /// finish, which varies from run to run) and writes the map once more.
+    pub fn finish(&self, targets: &[String]) -> Result<(), String> {
+        if !self.wrote() {
+            return Ok(());
+        }
+        let mut map = self.map.lock().map_err(|_| "digest map lock poisoned")?;
+        let at = self.earlier.min(map.images.len());
+        map.images[at..].sort_by_key(|r| {
+            targets
+                .iter()
+                .position(|t| *t == r.target)
+                .unwrap_or(usize::MAX)
+        });
+        map.write(&self.path)
+            .map_err(|e| format!("cannot write digest map {}: {e}", self.path.display()))
+    }
+
+    /// The records as they stand (earlier runs' and this run's), for lookups of originals.
+    pub fn images(&self) -> Vec<ImageRecord> {
+        self.map
+            .lock()
+            .map(|m| m.images.clone())
+            .unwrap_or_default()
+    }
+
+    /// The merged map, as the summary shows it.
+    pub fn snapshot(&self) -> Option<DigestMap> {
+        self.map.lock().ok().map(|m| m.clone())
+    }
+
+    /// Whether anything was recorded (so the file on disk is this run's).
+    pub fn wrote(&self) -> bool {
+        self.dirty.lock().map(|d| *d).unwrap_or(false)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "runner-patch-manifest.json".into());
+    parent_dir(path).join(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 /// Splits a map entry's `REPO:TAG` (as `source`/`target` hold them) into repository and tag.
@@ -183,24 +378,25 @@ impl DigestMap {
         }
     }
 
-    /// Writes the map atomically: a reader sees the old file or the whole new one.
+    /// Writes the map atomically and durably: a reader (or a machine that lost power) sees the
+    /// old file or the whole new one, never a part; a failed write leaves the old file.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-            _ => std::path::PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "runner-patch-manifest.json".into());
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        let mut body = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        body.push(b'\n');
-        f.write_all(&body)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        let tmp = tmp_path(path);
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            let mut body = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+            body.push(b'\n');
+            f.write_all(&body)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, path)?;
+            // The rename itself must reach the disk before a tag moves on its strength.
+            std::fs::File::open(parent_dir(path))?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
     }
 
     pub fn read(path: &Path) -> Result<Self, String> {
@@ -208,5 +404,101 @@ impl DigestMap {
             .map_err(|e| format!("cannot read digest map {}: {e}", path.display()))?;
         serde_json::from_slice(&bytes)
             .map_err(|e| format!("digest map {} is not valid: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(outcome: &str, original: &str, patched: Option<&str>) -> ImageRecord {
+        ImageRecord {
+            source: "r/x:t".into(),
+            target: "r/x:t".into(),
+            outcome: outcome.into(),
+            original_digest: original.into(),
+            patched_digest: patched.map(Into::into),
+            media_type: String::new(),
+            reason: String::new(),
+            dropped_attestations: Vec::new(),
+            bytes_to_push: 0,
+            platforms: Vec::new(),
+            companions: vec![CompanionRecord {
+                platform: "linux/amd64".into(),
+                source: "r/x:t-linux-amd64".into(),
+                target: "r/x:t-linux-amd64".into(),
+                original_digest: "c-orig".into(),
+                patched_digest: patched.map(|_| "c-new".into()),
+                moved: false,
+            }],
+            in_progress: false,
+        }
+    }
+
+    #[test]
+    fn a_rerun_never_replaces_an_original() {
+        // Killed between the tag and its companion: then a re-run finds it already patched.
+        let mut first = rec("patched", "orig", Some("new"));
+        first.in_progress = true;
+        let mut images = vec![first];
+        let mut again = rec("already-patched", "new", Some("new"));
+        again.companions[0].original_digest = "c-orig".into();
+        again.companions[0].moved = true;
+        merge(&mut images, again);
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].original_digest, "orig");
+        assert_eq!(images[0].outcome, "patched");
+        assert!(!images[0].in_progress);
+        assert!(images[0].companions[0].moved);
+        assert_eq!(images[0].companions[0].original_digest, "c-orig");
+        // And a third run changes nothing of it.
+        merge(&mut images, rec("already-patched", "new", Some("new")));
+        assert_eq!(images[0].original_digest, "orig");
+        assert!(images[0].companions[0].moved);
+    }
+
+    #[test]
+    fn the_same_work_further_along_replaces_and_a_moved_tag_is_kept_apart() {
+        let mut first = rec("patched", "orig", Some("new"));
+        first.in_progress = true;
+        let mut images = vec![first];
+        merge(&mut images, rec("patched", "orig", Some("new")));
+        assert_eq!(images.len(), 1);
+        assert!(!images[0].in_progress);
+        // Someone pushed another image to the tag; the earlier record stays for rollback.
+        merge(&mut images, rec("patched", "other", Some("new2")));
+        assert_eq!(images.len(), 2);
+        assert_eq!(images[0].original_digest, "orig");
+        assert_eq!(images[1].original_digest, "other");
+    }
+
+    #[test]
+    fn recorder_refuses_bad_paths_before_any_work() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = Recorder::open(dir.path(), "p").err().expect("a directory");
+        assert!(e.contains("is a directory"), "{e}");
+        let e = Recorder::open(&dir.path().join("no/such/map.json"), "p")
+            .err()
+            .expect("missing folder");
+        assert!(e.contains("does not exist"), "{e}");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, b"not json").expect("write");
+        let e = Recorder::open(&bad, "p").err().expect("unreadable map");
+        assert!(e.contains("not valid"), "{e}");
+        let path = dir.path().join("map.json");
+        let r = Recorder::open(&path, "p").expect("open");
+        assert!(!path.exists(), "opening writes nothing");
+        r.record(rec("patched", "orig", Some("new")))
+            .expect("record");
+        let back = DigestMap::read(&path).expect("read");
+        assert_eq!(back.images.len(), 1);
+        let e = Recorder::open(&path, "other").err().expect("other patch");
+        assert!(e.contains("records patch"), "{e}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
     }
 }

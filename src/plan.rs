@@ -38,6 +38,9 @@ pub struct PlatformPlan {
     pub layers_scanned: usize,
     pub bytes_scanned: u64,
     pub new: Option<NewImage>,
+    /// For a platform that already carries a patch: the original manifest digest its config
+    /// label names, so a re-run knows the original even without the digest map.
+    pub recorded_original: Option<String>,
 }
 
 /// One tag of the source and where its patched image goes.
@@ -57,6 +60,9 @@ pub struct ImagePlan {
     pub companions: Vec<Companion>,
     pub outcome: Outcome,
     pub reason: String,
+    /// For an image that already carries a patch: the original digest it names itself (the
+    /// OCI index annotation, or a single manifest's config label); `None` when it cannot tell.
+    pub recorded_original: Option<String>,
 }
 
 impl ImagePlan {
@@ -91,7 +97,7 @@ pub struct Companion {
 
 /// `linux/arm64/v8` -> `linux-arm64`, the suffix the runner project's per-platform tags use.
 pub fn companion_suffix(platform: &str) -> String {
-    platform.split('/').take(2).collect::<Vec<_>>().join("-")
+    crate::tags::companion_suffix(platform)
 }
 
 /// What the layer scan found for one platform.
@@ -206,6 +212,8 @@ pub async fn plan_image(
                     })
                     .collect();
                 let (doc, _) = rewrite::index_replace(&top, &replaced).map_err(|e| anyhow!(e))?;
+                let doc =
+                    rewrite::index_record_original(&doc, &top.digest).map_err(|e| anyhow!(e))?;
                 Some(doc)
             }
             Kind::Manifest(_) => platforms
@@ -222,18 +230,44 @@ pub async fn plan_image(
         for p in &platforms {
             let suffix = companion_suffix(&p.platform);
             let source_tag = format!("{tag}-{suffix}");
+            let target_companion = format!("{target_tag}-{suffix}");
             if let Some(current) = reg.manifest_digest(&source.at_tag(&source_tag)).await? {
+                // A patched platform moves its companion from the original child to the new
+                // one; an already patched one completes a companion a failed or killed run
+                // left on the original child (known from the child's own label).
+                let (original_digest, patched) = match (&p.new, p.outcome) {
+                    (Some(n), _) => (p.original.digest.clone(), Some(n.manifest.clone())),
+                    (None, Outcome::AlreadyPatched) => (
+                        p.recorded_original
+                            .clone()
+                            .unwrap_or_else(|| p.original.digest.clone()),
+                        Some(p.original.clone()),
+                    ),
+                    _ => (p.original.digest.clone(), None),
+                };
+                if patched.is_some() {
+                    crate::tags::check(&target_companion)
+                        .map_err(|e| anyhow!("companion of {src}: {e}"))?;
+                }
                 companions.push(Companion {
                     platform: p.platform.clone(),
                     source_tag,
-                    target_tag: format!("{target_tag}-{suffix}"),
+                    target_tag: target_companion,
                     current,
-                    original_digest: p.original.digest.clone(),
-                    patched: p.new.as_ref().map(|n| n.manifest.clone()),
+                    original_digest,
+                    patched,
                 });
             }
         }
     }
+    let recorded_original = if outcome == Outcome::AlreadyPatched {
+        match kind {
+            Kind::Index(_) => rewrite::index_recorded_original(&top),
+            Kind::Manifest(_) => platforms.first().and_then(|p| p.recorded_original.clone()),
+        }
+    } else {
+        None
+    };
 
     Ok(ImagePlan {
         source: source.clone(),
@@ -247,6 +281,7 @@ pub async fn plan_image(
         companions,
         outcome,
         reason,
+        recorded_original,
     })
 }
 
@@ -267,6 +302,7 @@ fn refused(
         layers_scanned: found.map_or(0, |f| f.layers_scanned),
         bytes_scanned: found.map_or(0, |f| f.bytes_scanned),
         new: None,
+        recorded_original: None,
     }
 }
 
@@ -374,10 +410,12 @@ async fn plan_platform(
         layers_scanned: found.layers_scanned,
         bytes_scanned: found.bytes_scanned,
         new: None,
+        recorded_original: None,
     };
     match decision {
         Decision::AlreadyPatched => {
-            plan.reason = format!("{file} already carries patch {}", spec.id)
+            plan.reason = format!("{file} already carries patch {}", spec.id);
+            plan.recorded_original = rewrite::recorded_original(&config);
         }
         Decision::NotAffected { reason } => plan.reason = format!("{file}: {reason}"),
         Decision::Refused { reason } => plan.reason = format!("{file}: {reason}"),
@@ -410,6 +448,7 @@ async fn plan_platform(
             let new_config = rewrite::config_append(
                 &config,
                 &cfg_desc.digest,
+                &manifest.digest,
                 &new_layer.diff_id,
                 &spec.id,
                 &spec.mtime,

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+use crate::digest_map::{ImageRecord, Recorder};
 use crate::media::{Descriptor, Document};
 use crate::plan::ImagePlan;
 use crate::registry::{Registry, Repo};
@@ -25,11 +26,40 @@ pub struct PushReport {
     pub companions_moved: Vec<String>,
 }
 
-/// Options that change what a push may overwrite.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PushOptions {
+/// Options that change what a push may overwrite, and where originals are recorded.
+#[derive(Clone, Copy, Default)]
+pub struct PushOptions<'a> {
     /// Overwrite the tag even if it moved since it was read.
     pub force: bool,
+    /// The digest map on disk: the plan is recorded there before any tag moves.
+    pub recorder: Option<&'a Recorder>,
+}
+
+/// Writes the plan's originals to the digest map before a tag moves; a failure here stops
+/// the push with every tag where it was.
+fn record_before_tags(plan: &ImagePlan, opts: PushOptions<'_>) -> Result<()> {
+    if let Some(r) = opts.recorder {
+        let mut rec = ImageRecord::from_plan(plan, None);
+        rec.in_progress = true;
+        r.record(rec)
+            .map_err(|e| anyhow!("{e}; no tag was moved for {}:{}", plan.source, plan.tag))?;
+    }
+    Ok(())
+}
+
+/// Whether a companion tag is this image's to move: it points at the original child, or
+/// already at the patched one.
+pub fn companion_is_ours(c: &crate::plan::Companion) -> bool {
+    c.patched
+        .as_ref()
+        .is_some_and(|p| c.current == c.original_digest || c.current == p.digest)
+}
+
+/// Whether any companion of the plan still has to move.
+pub fn companions_pending(plan: &ImagePlan) -> bool {
+    plan.companions
+        .iter()
+        .any(|c| companion_is_ours(c) && c.patched.as_ref().is_some_and(|p| p.digest != c.current))
 }
 
 /// Makes one blob present in the target: skip, mount, or stream it across.
@@ -168,10 +198,15 @@ pub async fn copy_image(
 
 /// Points the target tag at the source image as it is (one that already carries the patch),
 /// copying it into the target repository first when that is another one.
-pub async fn publish_as_is(reg: &Registry, plan: &ImagePlan) -> Result<PushReport> {
+pub async fn publish_as_is(
+    reg: &Registry,
+    plan: &ImagePlan,
+    opts: PushOptions<'_>,
+) -> Result<PushReport> {
     let mut rep = copy_image(reg, &plan.source, &plan.target, &plan.original).await?;
     let tref = plan.target.at_tag(&plan.target_tag);
     if reg.manifest_digest(&tref).await?.as_deref() != Some(plan.original.digest.as_str()) {
+        record_before_tags(plan, opts)?;
         reg.manifest_put(&tref, &plan.original).await?;
         rep.tag_moved = true;
     }
@@ -179,7 +214,7 @@ pub async fn publish_as_is(reg: &Registry, plan: &ImagePlan) -> Result<PushRepor
 }
 
 /// Pushes a patched plan. The tag is written last; any failure before leaves it untouched.
-pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result<PushReport> {
+pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions<'_>) -> Result<PushReport> {
     let Some(new_top) = &plan.new_top else {
         bail!("nothing to push for {}:{}", plan.source, plan.tag);
     };
@@ -247,6 +282,7 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
         );
     }
     let tref = target.at_tag(&plan.target_tag);
+    record_before_tags(plan, opts)?;
     if reg.manifest_digest(&tref).await?.as_deref() != Some(new_top.digest.as_str()) {
         reg.manifest_put(&tref, new_top).await?;
         rep.tag_moved = true;
@@ -260,10 +296,24 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
             );
         }
     }
-    // Companion tags follow their child, only when they still point at the original child.
+    move_companions(reg, plan, opts, &mut rep).await?;
+    Ok(rep)
+}
+
+/// Moves the companion tags (`<tag>-linux-<arch>`) of a patched image onto their patched child,
+/// each only while it still points at the original child; one already there counts as moved.
+/// A companion pointing elsewhere is someone else's and is left alone.
+async fn move_companions(
+    reg: &Registry,
+    plan: &ImagePlan,
+    opts: PushOptions<'_>,
+    rep: &mut PushReport,
+) -> Result<()> {
+    let (source, target) = (&plan.source, &plan.target);
+    let same_tag = source == target && plan.tag == plan.target_tag;
     for c in &plan.companions {
         let Some(patched) = &c.patched else { continue };
-        if c.current != c.original_digest {
+        if !companion_is_ours(c) {
             tracing::warn!(
                 "{source}:{} points at {}, not at the {} child {}; left as it is",
                 c.source_tag,
@@ -271,6 +321,11 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
                 c.platform,
                 c.original_digest
             );
+            continue;
+        }
+        let cref = target.at_tag(&c.target_tag);
+        if same_tag && c.current == patched.digest {
+            rep.companions_moved.push(c.target_tag.clone());
             continue;
         }
         let now = reg.manifest_digest(&source.at_tag(&c.source_tag)).await?;
@@ -282,11 +337,28 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions) -> Result
             );
             continue;
         }
-        let cref = target.at_tag(&c.target_tag);
         if reg.manifest_digest(&cref).await?.as_deref() != Some(patched.digest.as_str()) {
-            reg.manifest_put(&cref, patched).await?;
+            reg.manifest_put(&cref, patched).await.with_context(|| {
+                format!(
+                    "moving companion {target}:{} to the patched {}",
+                    c.target_tag, c.platform
+                )
+            })?;
         }
         rep.companions_moved.push(c.target_tag.clone());
     }
+    Ok(())
+}
+
+/// Completes an image that already carries the patch but whose companion tags still point at
+/// original children (a run failed or was killed between the tag and its companions).
+pub async fn complete_companions(
+    reg: &Registry,
+    plan: &ImagePlan,
+    opts: PushOptions<'_>,
+) -> Result<PushReport> {
+    let mut rep = PushReport::default();
+    record_before_tags(plan, opts)?;
+    move_companions(reg, plan, opts, &mut rep).await?;
     Ok(rep)
 }

@@ -11,10 +11,54 @@ use crate::media::{is_attestation, Document};
 /// The label recording which patches an image carries (comma-separated ids).
 pub const PATCH_LABEL: &str = "dev.runner-patch.patches";
 
-/// Appends a diff_id, a history entry and the patch label to an image config.
+/// The config label (and, on an OCI index, the annotation) naming the manifest this image was
+/// patched from, so a patched image tells its original even when the digest map is lost.
+pub const ORIGINAL_LABEL: &str = "dev.runner-patch.original";
+
+/// The original manifest digest a patched config names, if it is a well-formed digest.
+pub fn recorded_original(config: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(config).ok()?;
+    well_formed(v.get("config")?.get("Labels")?.get(ORIGINAL_LABEL)?)
+}
+
+/// The original index digest a patched OCI index names in its annotations.
+pub fn index_recorded_original(index: &Document) -> Option<String> {
+    well_formed(index.json.get("annotations")?.get(ORIGINAL_LABEL)?)
+}
+
+fn well_formed(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    let hex = s.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_owned())
+}
+
+/// Names the original index in a patched OCI index's annotations (kept if a patch already set
+/// it). A Docker manifest list has no annotations in its schema and is returned unchanged.
+pub fn index_record_original(index: &Document, original: &str) -> Result<Document, String> {
+    if index.media_type != crate::media::OCI_INDEX {
+        return Ok(index.clone());
+    }
+    let mut v = index.json.clone();
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| format!("index {} is not a JSON object", index.digest))?;
+    let ann = obj
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let ann = ann
+        .as_object_mut()
+        .ok_or_else(|| format!("index {}: annotations is not an object", index.digest))?;
+    ann.entry(ORIGINAL_LABEL)
+        .or_insert_with(|| Value::String(original.to_owned()));
+    Ok(Document::from_value(v, &index.media_type))
+}
+
+/// Appends a diff_id, a history entry and the patch labels to an image config.
+#[allow(clippy::too_many_arguments)]
 pub fn config_append(
     config: &[u8],
     config_digest: &str,
+    original_manifest: &str,
     diff_id: &str,
     patch_id: &str,
     created: &str,
@@ -74,6 +118,10 @@ pub fn config_append(
         _ => patch_id.to_owned(),
     };
     labels.insert(PATCH_LABEL.to_owned(), Value::String(value));
+    // The first original stays: a later patch on a patched image keeps naming the unpatched one.
+    labels
+        .entry(ORIGINAL_LABEL)
+        .or_insert_with(|| Value::String(original_manifest.to_owned()));
     serde_json::to_vec(&v).map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
 }
 
@@ -154,6 +202,7 @@ mod tests {
         let out = config_append(
             cfg,
             "sha256:c",
+            "sha256:m",
             "sha256:bb",
             "p1",
             "2026-11-30T00:00:00Z",
@@ -179,7 +228,10 @@ mod tests {
         assert_eq!(v["rootfs"]["diff_ids"][1], "sha256:bb");
         assert_eq!(v["history"][1]["created_by"], "runner-patch: p1");
         assert_eq!(v["config"]["Labels"][PATCH_LABEL], "p1");
-        assert!(config_append(cfg, "sha256:c", "sha256:bb", "p1", "t", "c", 2).is_err());
+        assert_eq!(v["config"]["Labels"][ORIGINAL_LABEL], "sha256:m");
+        assert!(
+            config_append(cfg, "sha256:c", "sha256:m", "sha256:bb", "p1", "t", "c", 2).is_err()
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::media::{self, Descriptor, Document, Family, Kind};
 use crate::patch::{Decision, PatchSpec};
 use crate::plan::{pycs_of, scan_down};
 use crate::registry::{Registry, Repo};
-use crate::rewrite::PATCH_LABEL;
+use crate::rewrite::{ORIGINAL_LABEL, PATCH_LABEL};
 use crate::scan::{self, EntryKind, Wanted};
 
 /// The outcome for one platform: what was found wrong (empty when it verifies).
@@ -266,6 +266,13 @@ pub async fn verify_platform(
             expect["config"]["Labels"] = Value::Object(Default::default());
         }
         expect["config"]["Labels"][PATCH_LABEL] = Value::String(label.to_owned());
+        // A patched config names its original manifest (the first one, when patches stack);
+        // a wrong value shows as a difference at that label.
+        if config["config"]["Labels"].get(ORIGINAL_LABEL).is_some()
+            && expect["config"]["Labels"].get(ORIGINAL_LABEL).is_none()
+        {
+            expect["config"]["Labels"][ORIGINAL_LABEL] = Value::String(orig.digest.clone());
+        }
         if let Some(d) = first_difference(&expect, &config, "config") {
             problems.push(format!(
                 "the config differs from the original beyond the patch at {d}"

@@ -6,6 +6,8 @@ mod harness;
 
 #[path = "it/apply.rs"]
 mod apply;
+#[path = "it/durability.rs"]
+mod durability;
 #[path = "it/pipeline.rs"]
 mod pipeline;
 #[path = "it/refuse.rs"]

@@ -8,10 +8,12 @@ use futures_util::StreamExt;
 
 use super::Status;
 use crate::cli::{Backend, Global, ImageArgs};
-use crate::digest_map::{DigestMap, ImageRecord};
+use crate::digest_map::{DigestMap, ImageRecord, Recorder};
 use crate::patch::{Outcome, PatchSpec};
 use crate::plan::{plan_image, ImagePlan};
-use crate::push::{publish_as_is, push, PushOptions, PushReport};
+use crate::push::{
+    companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
+};
 use crate::registry::{Registry, Repo};
 use crate::version::Version;
 
@@ -42,15 +44,13 @@ fn check_tag(backend: Backend, tag: &str) -> Result<()> {
     if !ok {
         bail!("tag {tag:?} is not a {p} tag (expected {p}<version>-..., e.g. {p}12.9-vllm0.27.1)");
     }
-    if tag.is_empty()
-        || tag.len() > 128
-        || !tag
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-    {
-        bail!("tag {tag:?} is not a valid tag");
-    }
-    Ok(())
+    crate::tags::check(tag).map_err(|e| anyhow!(e))
+}
+
+/// Checks the name a tag gets in the target before anything is read or pushed.
+fn check_target_tag(tag: &str, suffix: &str) -> Result<()> {
+    crate::tags::check(&format!("{tag}{suffix}"))
+        .map_err(|e| anyhow!("target of {tag:?} with --tag-suffix {suffix:?}: {e}"))
 }
 
 /// Lists the repository and keeps the backend's multi-arch tags in the patch's affected range.
@@ -100,9 +100,6 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         Some(t) => Repo::parse(t).map_err(|e| anyhow!("--target-repository: {e}"))?,
         None => source.clone(),
     };
-    for t in &a.tags {
-        check_tag(a.backend, t)?;
-    }
     if !a
         .tag_suffix
         .chars()
@@ -113,41 +110,107 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
             a.tag_suffix
         );
     }
+    // The same tag given twice is one image (and one record).
+    let mut tags: Vec<String> = Vec::new();
+    for t in &a.tags {
+        check_tag(a.backend, t)?;
+        check_target_tag(t, &a.tag_suffix)?;
+        if !tags.contains(t) {
+            tags.push(t.clone());
+        }
+    }
     if a.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
-    super::runtime()?.block_on(run_async(spec, source, target, a, mode))
+    // The map must be writable before any registry is touched: a tag never moves without
+    // its original on disk.
+    let recorder = match mode.manifest {
+        Some(path) if !mode.dry_run => {
+            Some(Recorder::open(path, &spec.id).map_err(|e| anyhow!(e))?)
+        }
+        _ => None,
+    };
+    super::runtime()?.block_on(run_async(
+        spec,
+        source,
+        target,
+        a,
+        tags,
+        mode,
+        recorder.as_ref(),
+    ))
 }
 
+/// For an image that already carries the patch but cannot tell a companion's original itself
+/// (patched before images named their originals), the digest map of an earlier run can.
+fn companions_from_map(plan: &mut ImagePlan, recorder: Option<&Recorder>) {
+    let Some(r) = recorder else { return };
+    let images = r.images();
+    for c in &mut plan.companions {
+        let Some(patched) = &c.patched else { continue };
+        if c.original_digest != patched.digest || c.current == patched.digest {
+            continue;
+        }
+        let target = format!("{}:{}", plan.target, c.target_tag);
+        let known = images.iter().rev().flat_map(|i| &i.companions).find(|k| {
+            k.target == target && k.patched_digest.as_deref() == Some(patched.digest.as_str())
+        });
+        if let Some(k) = known {
+            if k.original_digest == c.current {
+                c.original_digest = k.original_digest.clone();
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_async(
     spec: Arc<PatchSpec>,
     source: Repo,
     target: Repo,
     a: &ImageArgs,
+    tags: Vec<String>,
     mode: Mode<'_>,
+    recorder: Option<&Recorder>,
 ) -> Result<Status> {
     let reg = Arc::new(Registry::new(&[&source, &target]));
-    let tags = if a.tags.is_empty() {
-        discover(&reg, &source, a.backend, &spec, a.include_dev).await?
+    let tags = if tags.is_empty() {
+        let found = discover(&reg, &source, a.backend, &spec, a.include_dev).await?;
+        for t in &found {
+            check_target_tag(t, &a.tag_suffix)?;
+        }
+        found
     } else {
-        a.tags.clone()
+        tags
     };
-    let opts = PushOptions { force: mode.force };
+    let opts = PushOptions {
+        force: mode.force,
+        recorder,
+    };
     let finished: Vec<Finished> = futures_util::stream::iter(tags.into_iter().map(|tag| {
         let (reg, spec, source, target) = (reg.clone(), spec.clone(), source.clone(), target.clone());
         let target_tag = format!("{tag}{}", a.tag_suffix);
         let dry_run = mode.dry_run;
         async move {
             let result = async {
-                let plan = plan_image(reg.clone(), spec, &source, &tag, &target, &target_tag).await?;
+                let mut plan = plan_image(reg.clone(), spec, &source, &tag, &target, &target_tag).await?;
+                companions_from_map(&mut plan, recorder);
                 for p in &plan.platforms {
                     tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
                 }
                 let elsewhere = plan.target != plan.source || plan.target_tag != plan.tag;
                 let report = if plan.outcome == Outcome::AlreadyPatched && elsewhere && !dry_run {
                     // The source already carries the patch: the target name gets that image.
-                    let r = publish_as_is(&reg, &plan).await?;
+                    let r = publish_as_is(&reg, &plan, opts).await?;
                     tracing::info!("{tag}: already patched; {target}:{target_tag} now points at it");
+                    Some(r)
+                } else if plan.outcome == Outcome::AlreadyPatched && companions_pending(&plan) && !dry_run {
+                    // An earlier run moved the tag but not every companion: finish its work.
+                    let r = complete_companions(&reg, &plan, opts).await?;
+                    tracing::info!(
+                        "{tag}: already patched; moved {} companion tag(s) left on original children",
+                        r.companions_moved.len()
+                    );
                     Some(r)
                 } else if plan.outcome == Outcome::Patched && !dry_run {
                     let r = push(&reg, &plan, opts).await?;
@@ -159,6 +222,10 @@ async fn run_async(
                 } else {
                     None
                 };
+                if let Some(r) = recorder {
+                    r.record(ImageRecord::from_plan(&plan, report.as_ref()))
+                        .map_err(|e| anyhow!(e))?;
+                }
                 Ok((plan, report))
             }
             .await;
@@ -195,25 +262,29 @@ async fn run_async(
             }
         }
     }
+    if let Some(r) = recorder {
+        let targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
+        r.finish(&targets).map_err(|e| anyhow!(e))?;
+    }
     let map = DigestMap::new(&spec.id, records);
+    // The map on disk is already complete (each image was recorded as it finished); the
+    // output comes after it, so a reader that goes away cannot cost the record.
+    match (mode.manifest, recorder) {
+        _ if mode.dry_run => tracing::info!("dry run: nothing pushed, no digest map written"),
+        (Some(path), Some(r)) if r.wrote() => {
+            tracing::info!("digest map written to {}", path.display())
+        }
+        (Some(path), _) if path.exists() => {
+            tracing::warn!("no image completed; {} left as it was", path.display())
+        }
+        (Some(_), _) => tracing::warn!("no image completed; no digest map written"),
+        (None, _) => {}
+    }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&map)?);
+        crate::output::print(&serde_json::to_string_pretty(&map)?)?;
     } else {
         for r in rows {
-            println!("{r}");
-        }
-    }
-    match mode.manifest {
-        _ if mode.dry_run => tracing::info!("dry run: nothing pushed, no digest map written"),
-        None => {}
-        Some(path) if map.images.is_empty() => {
-            // Keep whatever map is there: an empty one would erase the record of an earlier run.
-            tracing::warn!("no image completed; {} left as it was", path.display());
-        }
-        Some(path) => {
-            map.write(path)
-                .map_err(|e| anyhow!("cannot write digest map {}: {e}", path.display()))?;
-            tracing::info!("digest map written to {}", path.display());
+            crate::output::print(&r)?;
         }
     }
     Ok(status)

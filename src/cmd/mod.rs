@@ -96,8 +96,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Rollback(a) => rollback::run(&cli.global, a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut cmd, "runner-patch", &mut std::io::stdout());
-            Ok(Status::Success)
+            // Generated into memory: clap_complete panics on a write error (a closed pipe).
+            let mut buf = Vec::new();
+            clap_complete::generate(a.shell, &mut cmd, "runner-patch", &mut buf);
+            crate::output::print(String::from_utf8_lossy(&buf).trim_end_matches('\n'))
+                .map(|()| Status::Success)
         }
         Command::PatchFile(a) => patch_file::run(&cli.global, a),
         Command::Patches(a) => patches::run(&cli.global, a),

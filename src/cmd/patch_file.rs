@@ -22,12 +22,11 @@ pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
     }
     let outcome = decision.outcome();
     if a.json {
-        println!(
-            "{}",
-            json!({"patch": spec.id, "file": a.input.display().to_string(), "outcome": outcome.as_str(), "shape": shape, "reason": reason})
-        );
+        crate::output::print(
+            &json!({"patch": spec.id, "file": a.input.display().to_string(), "outcome": outcome.as_str(), "shape": shape, "reason": reason}).to_string(),
+        )?;
     } else {
-        println!("{}: {outcome}: {reason}", a.input.display());
+        crate::output::print(&format!("{}: {outcome}: {reason}", a.input.display()))?;
     }
     Ok(if outcome == crate::patch::Outcome::Refused {
         Status::Refused

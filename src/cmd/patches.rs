@@ -24,10 +24,10 @@ pub fn run(g: &Global, a: &PatchesArgs) -> Result<Status> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        crate::output::print(&serde_json::to_string_pretty(&list)?)?;
     } else {
         for s in &specs {
-            println!(
+            crate::output::print(&format!(
                 "{}\n  {}\n  target:   **/{}\n  affected: {} {}\n  shapes:   {}",
                 s.id,
                 s.title,
@@ -39,9 +39,9 @@ pub fn run(g: &Global, a: &PatchesArgs) -> Result<Status> {
                     .map(|x| x.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            );
+            ))?;
             for g in &s.guards {
-                println!("  guard:    **/{} ({})", g.target, g.class);
+                crate::output::print(&format!("  guard:    **/{} ({})", g.target, g.class))?;
             }
         }
     }

@@ -21,7 +21,11 @@ struct Move {
     tag: String,
     from: Option<String>,
     to: String,
+    /// `restored`, `already original`, `would restore`, `moved since the patch; left alone`
+    /// (skipped), or `failed`.
     action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 /// Moves `tag` in `target` from `patched` back to `original` (read from `source`).
@@ -41,6 +45,7 @@ async fn restore(
         from: now.clone(),
         to: original.to_owned(),
         action: "",
+        error: None,
     };
     if now.as_deref() == Some(original) {
         m.action = "already original";
@@ -68,69 +73,112 @@ async fn restore(
     Ok(m)
 }
 
+/// One tag to put back: where it is, what it was patched to, and its original.
+struct Wanted<'a> {
+    source: Repo,
+    target: Repo,
+    tag: String,
+    patched: &'a str,
+    original: &'a str,
+}
+
+/// The tags a map moved, companions before their multi-arch tag (so that tag is never
+/// restored while a companion still points at a patched child), latest record first.
+fn wanted(map: &DigestMap) -> Result<Vec<Wanted<'_>>> {
+    let mut out = Vec::new();
+    for rec in map.images.iter().rev() {
+        let (source, _) = split_tagged(&rec.source)?;
+        let (target, tag) = split_tagged(&rec.target)?;
+        for c in &rec.companions {
+            let Some(p) = &c.patched_digest else { continue };
+            if *p == c.original_digest {
+                continue;
+            }
+            let (crepo, ctag) = split_tagged(&c.target)?;
+            out.push(Wanted {
+                source: source.clone(),
+                target: crepo,
+                tag: ctag,
+                patched: p,
+                original: &c.original_digest,
+            });
+        }
+        // An image that cannot tell its original (an already patched Docker list recorded
+        // without a map) keeps its tag; its companions, which can, are still restored.
+        if let Some(patched) = rec.patched_digest.as_deref().filter(|_| rec.restorable()) {
+            out.push(Wanted {
+                source,
+                target,
+                tag,
+                patched,
+                original: &rec.original_digest,
+            });
+        }
+    }
+    Ok(out)
+}
+
 pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.manifest).map_err(|e| anyhow!(e))?;
     let repos = map.repos().map_err(|e| anyhow!(e))?;
+    let todo = wanted(&map)?;
     let rt = super::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>());
         let mut moves = Vec::new();
-        for rec in map.images.iter().filter(|r| r.outcome == "patched") {
-            let Some(patched) = &rec.patched_digest else {
-                continue;
-            };
-            let (source, _) = split_tagged(&rec.source)?;
-            let (target, tag) = split_tagged(&rec.target)?;
-            // Companions first, so the multi-arch tag is never restored while a companion
-            // still points at a patched child.
-            for c in rec.companions.iter().filter(|c| c.moved) {
-                let (crepo, ctag) = split_tagged(&c.target)?;
-                if let Some(p) = &c.patched_digest {
-                    moves.push(
-                        restore(
-                            &reg,
-                            &source,
-                            &crepo,
-                            &ctag,
-                            p,
-                            &c.original_digest,
-                            a.dry_run,
-                        )
-                        .await?,
-                    );
+        let mut failed = 0usize;
+        // Every entry is tried: one that cannot be restored is reported and the rest go on.
+        for w in &todo {
+            let name = format!("{}:{}", w.target, w.tag);
+            match restore(
+                &reg, &w.source, &w.target, &w.tag, w.patched, w.original, a.dry_run,
+            )
+            .await
+            {
+                Ok(m) => moves.push(m),
+                Err(e) => {
+                    failed += 1;
+                    tracing::error!("{name}: not restored: {e:#}");
+                    moves.push(Move {
+                        tag: name,
+                        from: None,
+                        to: w.original.to_owned(),
+                        action: "failed",
+                        error: Some(format!("{e:#}")),
+                    });
                 }
             }
-            moves.push(
-                restore(
-                    &reg,
-                    &source,
-                    &target,
-                    &tag,
-                    patched,
-                    &rec.original_digest,
-                    a.dry_run,
-                )
-                .await?,
-            );
         }
         if a.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&json!({"moves": moves}))?
-            );
+            crate::output::print(&serde_json::to_string_pretty(
+                &json!({"moves": moves, "failed": failed}),
+            )?)?;
         } else {
             for m in &moves {
-                println!(
+                let mut line = format!(
                     "{:<24} {}  ({} -> {})",
                     m.action,
                     m.tag,
-                    m.from.as_deref().unwrap_or("absent"),
+                    m.from
+                        .as_deref()
+                        .unwrap_or(if m.error.is_some() { "?" } else { "absent" }),
                     m.to
                 );
+                if let Some(e) = &m.error {
+                    line.push_str(&format!("\n{:<24} {e}", ""));
+                }
+                crate::output::print(&line)?;
             }
             if moves.is_empty() {
-                println!("nothing to roll back: the map records no patched image");
+                crate::output::print("nothing to roll back: the map records no patched image")?;
             }
+        }
+        if failed > 0 {
+            eprintln!(
+                "runner-patch: error: {failed} of {} tag(s) could not be restored (named above)",
+                moves.len()
+            );
+            return Ok(Status::Error);
         }
         Ok(Status::Success)
     })

@@ -64,6 +64,36 @@ async fn platforms(reg: &Registry, repo: &Repo, top: &Document) -> Result<Vec<(S
     }
 }
 
+/// Every per-platform companion tag (`<tag>-linux-<arch>`) that exists must point at its
+/// platform's child of the index the tag serves, whether or not a run recorded moving it.
+async fn companion_problems(
+    reg: &Registry,
+    repo: &Repo,
+    tag: &str,
+    top: &Document,
+    children: &[(String, Document)],
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    if !matches!(top.kind(), Some(Kind::Index(_))) {
+        return Ok(problems);
+    }
+    for (platform, child) in children {
+        let ctag = format!("{tag}-{}", crate::tags::companion_suffix(platform));
+        if crate::tags::check(&ctag).is_err() {
+            continue;
+        }
+        if let Some(now) = reg.manifest_digest(&repo.at_tag(&ctag)).await? {
+            if now != child.digest {
+                problems.push(format!(
+                    "companion {repo}:{ctag} points at {now}, not at the {platform} child {} of {repo}:{tag}",
+                    child.digest
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
 async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Result<ImageCheck> {
     let (repo, r) = Repo::parse_reference(input).map_err(|e| anyhow!(e))?;
     let top = reg.manifest_get(&r).await?;
@@ -73,7 +103,13 @@ async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Resul
         problems: Vec::new(),
         platforms: Vec::new(),
     };
-    for (name, m) in platforms(reg, &repo, &top).await? {
+    let children = platforms(reg, &repo, &top).await?;
+    if let Some(tag) = r.tag() {
+        check
+            .problems
+            .extend(companion_problems(reg, &repo, tag, &top, &children).await?);
+    }
+    for (name, m) in children {
         check
             .platforms
             .push(verify_platform(reg, spec, &repo, name, &m, None).await?);
@@ -98,6 +134,12 @@ async fn check_record(
         problems: Vec::new(),
         platforms: Vec::new(),
     };
+    if rec.in_progress {
+        check.problems.push(format!(
+            "the run that patched {} did not finish moving its tags; run apply again with the same --manifest",
+            rec.target
+        ));
+    }
     let now = reg.manifest_digest(&target.at_tag(&target_tag)).await?;
     if now.as_deref() != Some(patched.as_str()) {
         check.problems.push(format!(
@@ -151,7 +193,11 @@ async fn check_record(
             ));
         }
     }
-    for (name, m) in platforms(reg, &target, &top).await? {
+    let children = platforms(reg, &target, &top).await?;
+    check
+        .problems
+        .extend(companion_problems(reg, &target, &target_tag, &top, &children).await?);
+    for (name, m) in children {
         let was_patched = rec.platforms.iter().any(|p| {
             p.outcome == "patched" && p.patched_digest.as_deref() == Some(m.digest.as_str())
         });
@@ -176,7 +222,7 @@ async fn check_record(
             .push(verify_platform(reg, spec, &target, name, &m, Some((&source, &orig))).await?);
     }
     for c in &rec.companions {
-        if !c.moved {
+        if !c.moved || rec.in_progress {
             continue;
         }
         let (crepo, ctag) = split_tagged(&c.target)?;
@@ -220,14 +266,22 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
             for rec in &m.images {
                 match rec.outcome.as_str() {
                     "patched" => checks.push(check_record(&reg, &spec, rec).await?),
-                    "already-patched" => checks.push(
-                        check_reference(
-                            &reg,
-                            &spec,
-                            &format!("{}@{}", split_tagged(&rec.target)?.0, rec.original_digest),
-                        )
-                        .await?,
-                    ),
+                    "already-patched" => {
+                        // What the tag served (the patched image), by tag so that its
+                        // companions are checked too.
+                        let mut c = check_reference(&reg, &spec, &rec.target).await?;
+                        let expect = rec
+                            .patched_digest
+                            .as_deref()
+                            .unwrap_or(&rec.original_digest);
+                        if c.digest != expect {
+                            c.problems.push(format!(
+                                "{} points at {}, not at {expect}",
+                                rec.target, c.digest
+                            ));
+                        }
+                        checks.push(c);
+                    }
                     other => skipped.push(format!("{} ({other})", rec.source)),
                 }
             }
@@ -237,21 +291,18 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
         }
         let ok = checks.iter().all(ImageCheck::ok);
         if a.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &json!({"ok": ok, "images": checks, "skipped": skipped})
-                )?
-            );
+            crate::output::print(&serde_json::to_string_pretty(
+                &json!({"ok": ok, "images": checks, "skipped": skipped}),
+            )?)?;
         } else {
             for c in &checks {
-                println!("{} {}", if c.ok() { "ok  " } else { "FAIL" }, c.reference);
+                let mut out = format!("{} {}", if c.ok() { "ok  " } else { "FAIL" }, c.reference);
                 for p in &c.problems {
-                    println!("  - {p}");
+                    out.push_str(&format!("\n  - {p}"));
                 }
                 for p in &c.platforms {
-                    println!(
-                        "  {} {:<16} {}",
+                    out.push_str(&format!(
+                        "\n  {} {:<16} {}",
                         if p.problems.is_empty() {
                             "ok  "
                         } else {
@@ -259,14 +310,15 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
                         },
                         p.platform,
                         p.file.as_deref().unwrap_or("")
-                    );
+                    ));
                     for x in &p.problems {
-                        println!("      - {x}");
+                        out.push_str(&format!("\n      - {x}"));
                     }
                 }
+                crate::output::print(&out)?;
             }
             for s in &skipped {
-                println!("skip {s}");
+                crate::output::print(&format!("skip {s}"))?;
             }
         }
         Ok(if ok { Status::Success } else { Status::Refused })

@@ -96,6 +96,8 @@ fn check_platform(
         expect["config"]["Labels"] = serde_json::json!({});
     }
     expect["config"]["Labels"]["dev.runner-patch.patches"] = Value::from("multiconnector-observe");
+    // The patched image names its original platform manifest itself (issue 9).
+    expect["config"]["Labels"]["dev.runner-patch.original"] = fixture["digest"].clone();
     assert_eq!(
         nc, expect,
         "config differs beyond the appended diff_id/history/label"
@@ -238,7 +240,22 @@ fn every_backend_is_patched_on_every_platform_and_independent_clients_agree() {
         assert_eq!(again.code, 0, "{}", again.stderr);
         let img2 = image(&again.json(), tag).clone();
         assert_eq!(img2["outcome"], "already-patched");
-        assert_eq!(img2["original_digest"], patched);
+        // The image names its originals itself (issue 9): every platform from its config
+        // label, the index from its annotation where it has them (an OCI index; a Docker list
+        // has no annotations, so there the map cannot learn it without the first map).
+        let expect_top = if fx["media_type"] == "application/vnd.oci.image.index.v1+json" {
+            fx["digest"].clone()
+        } else {
+            Value::from(patched)
+        };
+        assert_eq!(img2["original_digest"], expect_top);
+        for (p1, p2) in plats
+            .iter()
+            .zip(img2["platforms"].as_array().expect("platforms"))
+        {
+            assert_eq!(p2["original_digest"], p1["original_digest"], "{p2}");
+            assert_eq!(p2["patched_digest"], p1["patched_digest"], "{p2}");
+        }
         assert_eq!(img2["patched_digest"], patched);
         assert_eq!(reg.storage(), before, "second apply wrote to the registry");
     }
