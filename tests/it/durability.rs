@@ -103,7 +103,11 @@ impl Setup {
     /// Every tag that no longer serves its original is named in the map on disk, with that
     /// original and with the digest it serves now as the patched one.
     fn assert_every_move_recorded(&self, case: &str) {
-        let map: Option<Value> = std::fs::read(self.map_path())
+        self.assert_moves_recorded_in(case, &self.map_path());
+    }
+
+    fn assert_moves_recorded_in(&self, case: &str, path: &Path) {
+        let map: Option<Value> = std::fs::read(path)
             .ok()
             .map(|b| serde_json::from_slice(&b).expect("the map on disk is whole JSON"));
         for (tag, original) in &self.originals {
@@ -643,4 +647,91 @@ fn rollback_tries_every_entry_and_names_each_failure() {
         originals[1],
         "the later entry was still restored"
     );
+}
+
+/// A full disk: the map cannot be written when the first tag is about to move, so no tag moves
+/// and the error says so; with space again, a re-run completes.
+#[test]
+fn a_full_disk_moves_no_tag() {
+    let s = Setup::new();
+    let disk = s.work.path().join("small-disk");
+    std::fs::create_dir(&disk).expect("mkdir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .is_ok_and(|st| st.success());
+    if !mounted {
+        eprintln!("SKIPPED a_full_disk_moves_no_tag: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.clone());
+    let map = disk.join("map.json");
+    let (signal, release) = (s.work.path().join("held"), s.work.path().join("release"));
+    // Held at the first blob read (the scan): the map was probed, nothing recorded yet.
+    s.faults(json!([{
+        "match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [1]},
+        "fault": {"kind": "hold", "signal": signal.to_str().expect("utf8"), "release": release.to_str().expect("utf8")},
+    }]));
+    let mut args = s.apply_args();
+    let at = args
+        .iter()
+        .position(|a| a == "--manifest")
+        .expect("--manifest")
+        + 1;
+    args[at] = map.to_str().expect("utf8").to_owned();
+    let child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
+        .args(&args)
+        .env("DOCKER_CONFIG", s.work.path().join(".no-docker-config"))
+        .current_dir(s.work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !signal.exists() {
+        assert!(Instant::now() < deadline, "the held request never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Fill the disk to the last byte.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(disk.join("filler")).expect("filler");
+        let block = vec![0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    std::fs::write(&release, "go").expect("release");
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot write digest map") && stderr.contains("no tag was moved"),
+        "{stderr}"
+    );
+    for (tag, original) in &s.originals {
+        assert_eq!(
+            &s.now(tag),
+            original,
+            "{tag} moved without its original on disk"
+        );
+    }
+    assert!(!map.exists(), "no half-written map");
+
+    std::fs::remove_file(disk.join("filler")).expect("free the disk");
+    s.faults(json!([]));
+    let again = cli(
+        s.work.path(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    s.assert_moves_recorded_in("after the disk had space again", &map);
+    assert_ne!(s.now(TAG), s.original(TAG));
 }

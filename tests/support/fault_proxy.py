@@ -199,7 +199,9 @@ class Proxy:
                 return await self.local(cwriter, creader, fault, req_fr, expect, keep, rec)
             if kind == "delay":
                 await asyncio.sleep(float(fault.get("seconds", 1)))
-            if kind == "hold" and not fault.get("after_upstream"):
+            if kind == "hold" and fault.get("release"):
+                await self.hold_until_released(fault)
+            elif kind == "hold" and not fault.get("after_upstream"):
                 rec["outcome"] = "held"
                 await self.hold(creader, fault)
                 return False
@@ -261,7 +263,7 @@ class Proxy:
             resp = await head_task
             if resp is None:
                 raise ConnectionError("upstream closed without a response")
-            if kind == "hold":  # the request is applied upstream; its answer never comes
+            if kind == "hold" and not fault.get("release"):  # applied upstream; no answer
                 async for _ in body_chunks(ureader, framing(resp[1], method == "HEAD")):
                     pass
                 rec.update(status=int(resp[0].split(" ")[1]), outcome="held")
@@ -286,13 +288,24 @@ class Proxy:
     async def hold(self, creader, fault):
         """Signal that the request arrived (by creating the `signal` file), then answer nothing
         until the client goes away: a test kills the client at exactly this request."""
+        self.signal(fault)
+        while await creader.read(65536):
+            pass
+
+    async def hold_until_released(self, fault):
+        """Signal the request's arrival, then forward it once the `release` file exists: a
+        test changes the world (fills a disk, say) at exactly this point of the client's run."""
+        self.signal(fault)
+        while not os.path.exists(fault["release"]):
+            await asyncio.sleep(0.02)
+
+    @staticmethod
+    def signal(fault):
         path = fault.get("signal")
         if path:
             with open(path + ".tmp", "w") as fh:
                 fh.write(str(time.time()))
             os.replace(path + ".tmp", path)
-        while await creader.read(65536):
-            pass
 
     async def send_body(self, creader, uwriter, fr, limit, rec):
         """Stream the request body upstream; True when `limit` bytes were cut off."""
