@@ -229,6 +229,8 @@ pub struct Recorder {
     map: Mutex<DigestMap>,
     /// How many records the map held before this run (they keep their place).
     earlier: usize,
+    /// Held for the whole run: two runs writing one map would each drop the other's records.
+    _lock: std::fs::File,
     /// Whether anything this run did must be on disk (set by the first record).
     dirty: Mutex<bool>,
 }
@@ -248,6 +250,29 @@ impl Recorder {
                 "cannot write digest map {shown}: folder {} does not exist",
                 dir.display()
             ));
+        }
+        let lock_path = parent_dir(path).join(format!(
+            ".{}.lock",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot write digest map {shown}: {e}"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "digest map {shown} is being written by another runner-patch run; wait for it or use another --manifest"
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(format!("cannot lock digest map {shown}: {e}"))
+            }
         }
         let map = if path.exists() {
             let m = DigestMap::read(path)?;
@@ -269,6 +294,7 @@ impl Recorder {
         Ok(Recorder {
             path: path.to_owned(),
             earlier: map.images.len(),
+            _lock: lock,
             map: Mutex::new(map),
             dirty: Mutex::new(false),
         })
@@ -492,6 +518,11 @@ mod tests {
             .expect("record");
         let back = DigestMap::read(&path).expect("read");
         assert_eq!(back.images.len(), 1);
+        let e = Recorder::open(&path, "p")
+            .err()
+            .expect("a second run on the same map");
+        assert!(e.contains("another runner-patch run"), "{e}");
+        drop(r);
         let e = Recorder::open(&path, "other").err().expect("other patch");
         assert!(e.contains("records patch"), "{e}");
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())
