@@ -14,7 +14,7 @@ use crate::media::{self, layer_compression, platform_of, Descriptor, Document, K
 use crate::patch::{Decision, Outcome, PatchSpec};
 use crate::registry::{Registry, Repo};
 use crate::rewrite;
-use crate::scan::{self, EntryKind, FileEntry, LayerScan, Overlay, Wanted};
+use crate::scan::{self, Budget, Descent, EntryKind, FileEntry, LayerScan, Wanted};
 
 /// The new objects of one patched platform, ready to push.
 #[derive(Debug, Clone)]
@@ -486,22 +486,9 @@ async fn plan_platform(
     Ok(plan)
 }
 
-/// What a top-down scan saw: the layers holding the target (top first), and what was visible.
-pub struct Scanned {
-    /// (index in the manifest, the target entries of that layer), top-most first.
-    pub hits: Vec<(usize, Vec<FileEntry>)>,
-    /// Visible `.pyc` files of the target's module, seen in any layer read.
-    pub pycs: std::collections::BTreeSet<String>,
-    /// Visible small files (guards, version files), first copy top-down.
-    pub files: std::collections::BTreeMap<String, Vec<u8>>,
-    pub layers_scanned: usize,
-    pub bytes_scanned: u64,
-    /// A layer this tool cannot read (unknown media type), which stopped the scan.
-    pub unreadable: Option<String>,
-}
-
-/// Reads layers from the top down, with overlay semantics, until `hits_needed` layers holding
-/// the target have been read (or the bottom). Registry and integrity failures are errors.
+/// Reads layers from the top down, with overlay semantics ([`scan::Descent`]), until
+/// `hits_needed` layers holding a visible target have been read, a layer or the overlay refuses
+/// the image, or the bottom. Registry and integrity failures are errors.
 pub async fn scan_down(
     reg: &Registry,
     repo: &Repo,
@@ -509,42 +496,22 @@ pub async fn scan_down(
     wanted: &Wanted,
     hits_needed: usize,
     label: &str,
-) -> Result<Scanned> {
-    let mut overlay = Overlay::default();
-    let mut out = Scanned {
-        hits: Vec::new(),
-        pycs: Default::default(),
-        files: Default::default(),
-        layers_scanned: 0,
-        bytes_scanned: 0,
-        unreadable: None,
-    };
+) -> Result<Descent> {
+    let mut descent = Descent::default();
     for (index, desc) in layers.iter().enumerate().rev() {
         let Some(compression) = layer_compression(&desc.media_type) else {
-            out.unreadable = Some(format!(
+            descent.refuse(format!(
                 "layer {} has media type {:?}, which this tool cannot read",
                 desc.digest, desc.media_type
             ));
-            return Ok(out);
+            break;
         };
-        let layer = layer_scan(reg, repo, desc, compression, wanted, label)
-            .await?
-            .visible(&overlay);
-        out.layers_scanned += 1;
-        out.bytes_scanned += layer.compressed_bytes;
-        out.pycs.extend(layer.pycs.iter().cloned());
-        for (p, c) in &layer.files {
-            out.files.entry(p.clone()).or_insert_with(|| c.clone());
-        }
-        overlay.absorb(&layer);
-        if !layer.targets.is_empty() {
-            out.hits.push((index, layer.targets));
-            if out.hits.len() >= hits_needed {
-                break;
-            }
+        let layer = layer_scan(reg, repo, desc, compression, wanted, label).await?;
+        if descent.push(index, layer, hits_needed) {
+            break;
         }
     }
-    Ok(out)
+    Ok(descent)
 }
 
 /// Scans of layers already read in this run, by digest and what was looked for: platforms and
@@ -552,6 +519,8 @@ pub async fn scan_down(
 type ScanCell = Arc<tokio::sync::OnceCell<Arc<LayerScan>>>;
 static LAYER_SCANS: std::sync::OnceLock<std::sync::Mutex<HashMap<(String, String), ScanCell>>> =
     std::sync::OnceLock::new();
+/// What the cached layer scans of this run keep in memory together.
+static KEPT_BY_RUN: Budget = Budget::new(scan::MAX_KEPT_PER_RUN);
 
 /// One layer's scan, from this run's cache or read now.
 async fn layer_scan(
@@ -587,11 +556,12 @@ async fn layer_scan(
             let bar = crate::report::bar(format!("{label} {short}"), desc.size);
             let bridge = crate::report::ProgressReader::new(SyncIoBridge::new(reader), bar);
             let (d, w) = (desc.clone(), wanted.clone());
-            let layer =
-                tokio::task::spawn_blocking(move || scan::scan_layer(bridge, &d, compression, &w))
-                    .await
-                    .context("layer scan task failed")?
-                    .with_context(|| format!("reading {repo}"))?;
+            let layer = tokio::task::spawn_blocking(move || {
+                scan::scan_layer(bridge, &d, compression, &w, &KEPT_BY_RUN)
+            })
+            .await
+            .context("layer scan task failed")?
+            .with_context(|| format!("reading {repo}"))?;
             tracing::debug!(
                 "{label}: read layer {} ({} bytes)",
                 desc.digest,
@@ -627,15 +597,12 @@ async fn find(
     label: &str,
 ) -> Result<std::result::Result<Found, (String, usize, u64)>> {
     let s = scan_down(reg, repo, layers, wanted, 1, label).await?;
-    if let Some(why) = s.unreadable {
+    if let Some(why) = s.refusal {
         return Ok(Err((why, s.layers_scanned, s.bytes_scanned)));
     }
+    let nothing = s.nothing_visible(&wanted.target);
     let Some((index, targets)) = s.hits.into_iter().next() else {
-        return Ok(Err((
-            format!("no layer holds a visible **/{}", wanted.target),
-            s.layers_scanned,
-            s.bytes_scanned,
-        )));
+        return Ok(Err((nothing, s.layers_scanned, s.bytes_scanned)));
     };
     let mut paths: Vec<&str> = targets.iter().map(|t| t.path.as_str()).collect();
     paths.dedup();

@@ -288,9 +288,15 @@ pub async fn verify_platform(
     }
 
     // What the container sees: the top-most copy, and no visible stale bytecode beneath it.
+    // A shadowed copy (an upper symlink, file or whiteout at an ancestor) is named by the
+    // refusal or by what hides it.
     let scanned = scan_down(reg, repo, &layers, &wanted, 2, &check.platform).await?;
+    if let Some(why) = &scanned.refusal {
+        problems.push(why.clone());
+    }
     match scanned.hits.first() {
-        None => problems.push(format!("no layer holds a visible **/{}", spec.target)),
+        None if scanned.refusal.is_some() => {}
+        None => problems.push(scanned.nothing_visible(&spec.target)),
         Some((index, entries)) => {
             let entry = &entries[entries.len() - 1];
             check.file = Some(format!("/{}", entry.path));
