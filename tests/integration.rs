@@ -8,6 +8,8 @@ mod harness;
 mod apply;
 #[path = "it/durability.rs"]
 mod durability;
+#[path = "it/overlay.rs"]
+mod overlay;
 #[path = "it/pipeline.rs"]
 mod pipeline;
 #[path = "it/refuse.rs"]
