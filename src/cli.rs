@@ -135,7 +135,7 @@ pub struct ImageArgs {
     /// Appended to each tag for the patched image (default: none, the patched image takes over).
     #[arg(long, value_name = "S", default_value = "", allow_hyphen_values = true)]
     pub tag_suffix: String,
-    /// Tags processed at once (platforms of a tag are always scanned concurrently).
+    /// Tags processed at once; also the most platform scans at once across the run.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub jobs: usize,
     /// Print the digest map as JSON on stdout instead of the summary table.

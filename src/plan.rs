@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 use tokio_util::io::SyncIoBridge;
 
 use crate::layer::{self, NewLayer};
@@ -109,10 +110,13 @@ struct Found {
     bytes_scanned: u64,
 }
 
-/// Plans one tag: resolves it, scans each platform (concurrently) and builds what is new.
+/// Plans one tag: resolves it, scans each platform (concurrently, each holding one of the run's
+/// `scans` permits, so an index with thousands of children opens at most that many scans) and
+/// builds what is new.
 pub async fn plan_image(
     reg: Arc<Registry>,
     spec: Arc<PatchSpec>,
+    scans: Arc<Semaphore>,
     source: &Repo,
     tag: &str,
     target: &Repo,
@@ -148,9 +152,15 @@ pub async fn plan_image(
                     continue;
                 }
                 let platform = platform_of(entry).unwrap_or_else(|| format!("manifests[{i}]"));
-                let (reg, spec, source, tag) =
-                    (reg.clone(), spec.clone(), source.clone(), tag.to_owned());
+                let (reg, spec, source, tag, scans) = (
+                    reg.clone(),
+                    spec.clone(),
+                    source.clone(),
+                    tag.to_owned(),
+                    scans.clone(),
+                );
                 jobs.push(tokio::spawn(async move {
+                    let _permit = scans.acquire_owned().await?;
                     let child = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
                     if !matches!(child.kind(), Some(Kind::Manifest(_))) {
                         bail!(
@@ -167,6 +177,7 @@ pub async fn plan_image(
             }
         }
         Kind::Manifest(_) => {
+            let _permit = scans.acquire_owned().await?;
             platforms
                 .push(plan_platform(&reg, &spec, source, tag, String::new(), top.clone()).await?);
         }
@@ -607,12 +618,17 @@ async fn find(
     let mut paths: Vec<&str> = targets.iter().map(|t| t.path.as_str()).collect();
     paths.dedup();
     if paths.len() > 1 {
+        // A few are named: a hostile layer may hold thousands.
+        let more = match paths.len() {
+            n if n > 3 => format!(", and {} more", n - 3),
+            _ => String::new(),
+        };
         return Ok(Err((
             format!(
-                "layer {} holds {} copies of the target (/{}); refusing to guess which one runs",
+                "layer {} holds {} copies of the target (/{}{more}); refusing to guess which one runs",
                 layers[index].digest,
                 paths.len(),
-                paths.join(", /")
+                paths[..paths.len().min(3)].join(", /")
             ),
             s.layers_scanned,
             s.bytes_scanned,

@@ -187,13 +187,15 @@ async fn run_async(
         force: mode.force,
         recorder,
     };
+    // `--jobs` bounds the platform scans of the whole run, not only the tags at once.
+    let scans = Arc::new(tokio::sync::Semaphore::new(a.jobs));
     let finished: Vec<Finished> = futures_util::stream::iter(tags.into_iter().map(|tag| {
-        let (reg, spec, source, target) = (reg.clone(), spec.clone(), source.clone(), target.clone());
+        let (reg, spec, source, target, scans) = (reg.clone(), spec.clone(), source.clone(), target.clone(), scans.clone());
         let target_tag = format!("{tag}{}", a.tag_suffix);
         let dry_run = mode.dry_run;
         async move {
             let result = async {
-                let mut plan = plan_image(reg.clone(), spec, &source, &tag, &target, &target_tag).await?;
+                let mut plan = plan_image(reg.clone(), spec, scans, &source, &tag, &target, &target_tag).await?;
                 companions_from_map(&mut plan, recorder);
                 for p in &plan.platforms {
                     tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
