@@ -376,3 +376,54 @@ fn nul_in_a_tar_path_is_a_refusal() {
         ],
     );
 }
+
+#[test]
+fn platform_scans_are_bounded_by_jobs() {
+    // With --jobs 1 the second child's manifest is fetched only after the first child's scan
+    // has read its own layer; unbounded, every child of the index is fetched at once. The
+    // order is the registry's own access log (a request is logged when it is served).
+    let reg = Registry::start();
+    let fixture = reg.seed(&["cuda12.9-vllm0.27.1"]);
+    let plats = &fixture["images"]["cuda12.9-vllm0.27.1"]["platforms"];
+    let (amd, arm) = (&plats["linux/amd64"], &plats["linux/arm64"]);
+    let vllm_layer = |p: &Value| {
+        let i = p["file_layer"].as_u64().expect("file_layer") as usize;
+        p["layers"][i].as_str().expect("layer").to_owned()
+    };
+    assert_ne!(vllm_layer(amd), vllm_layer(arm), "the children differ");
+    let work = tempfile::tempdir().expect("tmp");
+    let log_start = reg.log().len();
+    let repo = reg.repo();
+    let run = cli(
+        work.path(),
+        &[
+            "plan",
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            "cuda12.9-vllm0.27.1",
+            "--jobs",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let log = reg.log()[log_start..].to_owned();
+    let first = |needle: &str| {
+        log.lines()
+            .position(|l| l.contains("\"GET ") && l.contains(needle))
+            .unwrap_or_else(|| panic!("no GET of {needle} in the registry log:\n{log}"))
+    };
+    let child = |p: &Value| format!("/manifests/{}", p["digest"].as_str().expect("digest"));
+    let (x, y) = if first(&child(amd)) < first(&child(arm)) {
+        (amd, arm)
+    } else {
+        (arm, amd)
+    };
+    assert!(
+        first(&format!("/blobs/{}", vllm_layer(x))) < first(&child(y)),
+        "the second child was fetched before the first child's scan ended:\n{log}"
+    );
+}
