@@ -238,6 +238,7 @@ fn apply_measured(reg: &Registry, work: &Path, tag: &str) -> (Run, u64) {
         .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no peak RSS from /usr/bin/time: {stderr}"));
+    eprintln!("apply {tag}: peak RSS {rss} KiB");
     let run = Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
