@@ -127,7 +127,7 @@ mod tests {
             uname: Some("app".into()),
             gname: Some("grp".into()),
             mtime: 1_700_000_000,
-            content: b"old".to_vec(),
+            content: b"old".to_vec().into(),
         }
     }
 

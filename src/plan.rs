@@ -105,7 +105,7 @@ pub fn companion_suffix(platform: &str) -> String {
 struct Found {
     entry: FileEntry,
     pycs: Vec<String>,
-    files: std::collections::BTreeMap<String, Vec<u8>>,
+    files: std::collections::BTreeMap<String, Arc<Vec<u8>>>,
     layers_scanned: usize,
     bytes_scanned: u64,
 }

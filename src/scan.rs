@@ -63,7 +63,8 @@ pub struct FileEntry {
     pub uname: Option<String>,
     pub gname: Option<String>,
     pub mtime: u64,
-    pub content: Vec<u8>,
+    /// Shared, not copied, between the run's cached layer scan and each image's view of it.
+    pub content: Arc<Vec<u8>>,
 }
 
 /// A non-directory entry, as far as hiding a lower directory goes.
@@ -145,7 +146,7 @@ pub struct LayerScan {
     /// `__pycache__/<stem>.*.pyc` paths beside any copy of the target.
     pub pycs: BTreeSet<String>,
     /// Small files: companions and version files, by full path.
-    pub files: BTreeMap<String, Vec<u8>>,
+    pub files: BTreeMap<String, Arc<Vec<u8>>>,
     /// Paths this layer whites out in the layers below (`.wh.NAME`).
     pub whiteouts: BTreeSet<String>,
     /// Directories this layer makes opaque (`.wh..wh..opq`).
@@ -730,10 +731,12 @@ fn scan_entries<R: Read>(
                 uname: header.username().ok().flatten().map(str::to_owned),
                 gname: header.groupname().ok().flatten().map(str::to_owned),
                 mtime: header.mtime()?,
-                content: Vec::new(),
+                content: Arc::default(),
             };
             if found.kind == EntryKind::Regular {
-                found.content = read_kept(&mut entry, &path, &digest, keeper, |c| c.targets += 1)?;
+                found.content = Arc::new(read_kept(&mut entry, &path, &digest, keeper, |c| {
+                    c.targets += 1
+                })?);
             } else {
                 keeper.counts.targets += 1;
                 keeper
@@ -755,7 +758,9 @@ fn scan_entries<R: Read>(
                 scan.pycs.insert(path);
             }
         } else if etype.is_file() && wanted.is_kept_file(&path) {
-            let content = read_kept(&mut entry, &path, &digest, keeper, |c| c.files += 1)?;
+            let content = Arc::new(read_kept(&mut entry, &path, &digest, keeper, |c| {
+                c.files += 1
+            })?);
             let cost = path.len() as u64 + ITEM_OVERHEAD;
             if let Some(old) = scan.files.insert(path, content) {
                 keeper.give_back(old.len() as u64 + cost);
@@ -809,7 +814,7 @@ pub struct Descent {
     /// Visible `.pyc` files of the target's module, seen in any layer read.
     pub pycs: BTreeSet<String>,
     /// Visible small files (guards, version files), first copy top-down.
-    pub files: BTreeMap<String, Vec<u8>>,
+    pub files: BTreeMap<String, Arc<Vec<u8>>>,
     pub layers_scanned: usize,
     pub bytes_scanned: u64,
     /// Why the image cannot be patched as it is (a refused layer, a shadowed target, an
@@ -1258,7 +1263,7 @@ mod tests {
             "sha256:twice",
         );
         assert_eq!(s.targets.len(), 1);
-        assert_eq!(s.targets[0].content, b"second");
+        assert_eq!(s.targets[0].content.as_slice(), b"second");
     }
 
     #[test]
