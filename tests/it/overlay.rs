@@ -144,6 +144,18 @@ fn whiteout_of_an_ancestor_is_refused() {
     );
 }
 
+#[test]
+fn opaque_ancestor_directory_is_refused() {
+    shadowed_original_is_refused(
+        "opaque",
+        &format!("{SITE}/vllm/distributed"),
+        &[
+            "no layer holds a visible",
+            &format!("is hidden by the opaque directory /{SITE}/vllm/distributed"),
+        ],
+    );
+}
+
 /// Applies the patch, shadows the patched file with `how` at `at` in a new top layer, and
 /// checks that `verify` fails naming the file and what shadows it.
 fn patched_then_shadowed_fails_verify(how: &str, at: &str, expect: &str) {
