@@ -1052,6 +1052,32 @@ mod tests {
     }
 
     #[test]
+    fn hard_links_devices_and_fifos_at_an_ancestor_hide_too() {
+        for (kind, node) in [
+            (tar::EntryType::Link, NodeKind::Hardlink),
+            (tar::EntryType::Char, NodeKind::Device),
+            (tar::EntryType::Block, NodeKind::Device),
+            (tar::EntryType::Fifo, NodeKind::Fifo),
+        ] {
+            let link = if kind == tar::EntryType::Link {
+                "etc/hostname"
+            } else {
+                ""
+            };
+            let mut o = Overlay::default();
+            o.absorb(scan(
+                &[E(b"usr/local/lib", kind, Vec::new(), link)],
+                "sha256:up",
+            ));
+            assert_eq!(
+                o.hider(&format!("{SITE}/{T}")).map(|h| (h.at, h.by)),
+                Some(("usr/local/lib".to_owned(), HiddenBy::NonDir(node))),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
     fn descent_refuses_a_target_shadowed_by_an_upper_symlink_or_file() {
         for (upper, what) in [
             (
