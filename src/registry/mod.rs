@@ -10,6 +10,7 @@
 //! here with reqwest; references are still parsed by oci-spec.
 
 pub mod auth;
+pub mod referrers;
 
 use std::collections::HashSet;
 use std::fmt;

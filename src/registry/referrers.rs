@@ -1,0 +1,128 @@
+//! The two registry calls that OCI 1.1 referrers need beyond plain manifests: a manifest PUT
+//! that reports whether the registry processed the manifest's `subject` (the `OCI-Subject`
+//! response header), and the referrers API (`GET /v2/<name>/referrers/<digest>`). Registries
+//! without either (distribution 2.8) are served through the referrers tag schema, which uses
+//! only ordinary manifest calls (see `crate::provenance`).
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use reqwest::{Method, StatusCode};
+
+use super::{registry_message, Body, Call, Registry, RegistryError, Repo};
+use crate::media::{Document, OCI_INDEX};
+
+impl Registry {
+    /// PUTs a manifest that carries a `subject` by digest; `Ok(true)` when the registry answered
+    /// with `OCI-Subject` naming that subject, i.e. it keeps the referrers list itself.
+    pub async fn manifest_put_with_subject(
+        &self,
+        repo: &Repo,
+        doc: &Document,
+        subject: &str,
+    ) -> Result<bool, RegistryError> {
+        let r = repo.at_digest(&doc.digest);
+        let what = r.whole();
+        let op = "pushing manifest";
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            doc.media_type.parse().map_err(|_| {
+                RegistryError::new(
+                    op,
+                    &what,
+                    format!("media type {:?} is not a valid header", doc.media_type),
+                    None,
+                )
+            })?,
+        );
+        let resp = self
+            .send(
+                Call::push(op, &what, repo),
+                Method::PUT,
+                &self.manifest_url(&r, repo),
+                h,
+                Body::Bytes(Bytes::from(doc.bytes.clone())),
+            )
+            .await?;
+        let status = resp.status();
+        if status != StatusCode::CREATED && status != StatusCode::OK {
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(RegistryError::new(
+                op,
+                &what,
+                format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
+                Some(status.as_u16()),
+            ));
+        }
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_owned())
+        };
+        if let Some(d) = header("docker-content-digest") {
+            if d != doc.digest {
+                return Err(RegistryError::new(
+                    op,
+                    &what,
+                    format!("the registry stored digest {d}, not {}", doc.digest),
+                    None,
+                ));
+            }
+        }
+        Ok(header("oci-subject").as_deref() == Some(subject))
+    }
+
+    /// The referrers of `digest` from the referrers API, or `None` when the registry has no such
+    /// API (distribution 2.8 answers 404; the caller then reads the referrers tag schema).
+    pub async fn referrers_get(
+        &self,
+        repo: &Repo,
+        digest: &str,
+    ) -> Result<Option<Document>, RegistryError> {
+        let what = format!("{repo} referrers of {digest}");
+        let op = "listing referrers";
+        let mut h = HeaderMap::new();
+        h.insert(ACCEPT, OCI_INDEX.parse().expect("a valid header value"));
+        let url = format!("{}/referrers/{digest}", self.base(repo));
+        let resp = self
+            .send(
+                Call::pull(op, &what, repo),
+                Method::GET,
+                &url,
+                h,
+                Body::Empty,
+            )
+            .await?;
+        let status = resp.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {
+            return Ok(None);
+        }
+        if status != StatusCode::OK {
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(RegistryError::new(
+                op,
+                &what,
+                format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
+                Some(status.as_u16()),
+            ));
+        }
+        let ct = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if !ct.starts_with(OCI_INDEX) {
+            // Some proxies answer unknown routes with 200 and a page: that is not the API.
+            tracing::debug!("{what}: answered {ct:?}, not an OCI index; no referrers API");
+            return Ok(None);
+        }
+        let body = resp.bytes().await.map_err(|e| {
+            RegistryError::new(op, &what, format!("reading the body failed: {e}"), None)
+        })?;
+        Document::parse(body.to_vec(), &what)
+            .map(Some)
+            .map_err(|detail| RegistryError::new(op, &what, detail, None))
+    }
+}
