@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::media::{is_attestation, Document};
+use crate::media::{is_attestation, Document, OCI_MANIFEST};
 
 /// The label recording which patches an image carries (comma-separated ids).
 pub const PATCH_LABEL: &str = "dev.runner-patch.patches";
@@ -150,6 +150,36 @@ pub fn manifest_append(
     Ok(Document::from_value(v, &manifest.media_type))
 }
 
+/// The OCI annotations naming the image a patched manifest was made from.
+pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
+pub const BASE_DIGEST: &str = "org.opencontainers.image.base.digest";
+
+/// Points an OCI manifest's base annotations at the original it was made from (replacing any
+/// the build set: the patched image's base is the original). A Docker v2 manifest has no
+/// annotations and is returned as it is.
+pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Document, String> {
+    if manifest.media_type != OCI_MANIFEST {
+        return Ok(manifest.clone());
+    }
+    let mut v = manifest.json.clone();
+    let what = format!("manifest {}", manifest.digest);
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| format!("{what} is not a JSON object"))?;
+    let ann = obj
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if ann.is_null() {
+        *ann = Value::Object(Map::new());
+    }
+    let ann = ann
+        .as_object_mut()
+        .ok_or_else(|| format!("{what}: annotations is not an object"))?;
+    ann.insert(BASE_NAME.into(), Value::String(name.to_owned()));
+    ann.insert(BASE_DIGEST.into(), Value::String(digest.to_owned()));
+    Ok(Document::from_value(v, &manifest.media_type))
+}
+
 /// Replaces child descriptors in place (same order, platform and annotations) and drops
 /// attestation children, which would point at pre-patch digests. Returns the dropped digests.
 pub fn index_replace(
@@ -232,6 +262,41 @@ mod tests {
         assert!(
             config_append(cfg, "sha256:c", "sha256:m", "sha256:bb", "p1", "t", "c", 2).is_err()
         );
+    }
+
+    #[test]
+    fn base_annotations_on_oci_manifests_only() {
+        let oci = Document::parse(
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"c","digest":"sha256:c","size":1},"layers":[],"annotations":{"k":"v","org.opencontainers.image.base.name":"docker.io/library/ubuntu:22.04"}}"#.to_vec(),
+            "oci",
+        )
+        .expect("parse");
+        let out = annotate_base(&oci, "r/x:t", "sha256:o").expect("annotate");
+        let ann = out.json["annotations"].as_object().expect("annotations");
+        assert_eq!(
+            ann.keys().collect::<Vec<_>>(),
+            ["k", BASE_NAME, BASE_DIGEST]
+        );
+        assert_eq!(ann[BASE_NAME], "r/x:t");
+        assert_eq!(ann[BASE_DIGEST], "sha256:o");
+        // No mediaType field (umoci): still OCI, and it gets them too.
+        let bare = Document::parse(
+            br#"{"schemaVersion":2,"config":{},"layers":[]}"#.to_vec(),
+            "bare",
+        )
+        .expect("parse");
+        assert_eq!(
+            annotate_base(&bare, "n", "d").expect("annotate").json["annotations"][BASE_DIGEST],
+            "d"
+        );
+        let docker = Document::parse(
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{},"layers":[]}"#.to_vec(),
+            "docker",
+        )
+        .expect("parse");
+        let same = annotate_base(&docker, "n", "d").expect("annotate");
+        assert_eq!(same.bytes, docker.bytes);
+        assert!(same.json.get("annotations").is_none());
     }
 
     #[test]
