@@ -32,6 +32,9 @@ pub struct PatchSpec {
     pub shapes: Vec<Shape>,
     #[serde(default, rename = "guard")]
     pub guards: Vec<Guard>,
+    /// sha256 of the `patch.toml` text this spec was read from, named in provenance statements.
+    #[serde(skip)]
+    pub definition_digest: String,
 }
 
 /// A block of lines whose `${name}` placeholders take one of the listed alternatives.
@@ -116,8 +119,9 @@ impl fmt::Display for Outcome {
 impl PatchSpec {
     /// Parses and validates a spec, so that a broken patch folder fails at load, not mid-run.
     pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
-        let spec: PatchSpec =
+        let mut spec: PatchSpec =
             toml::from_str(text).map_err(|e| format!("patch spec {origin} is invalid: {e}"))?;
+        spec.definition_digest = crate::digest::sha256(text.as_bytes());
         if spec.shapes.is_empty() {
             return Err(format!("patch spec {origin} has no [[shape]]"));
         }

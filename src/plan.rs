@@ -24,6 +24,8 @@ pub struct NewImage {
     pub config: Vec<u8>,
     pub config_digest: String,
     pub manifest: Document,
+    /// sha256 of the file before and after the patch, for the provenance statement.
+    pub file_digests: (String, String),
 }
 
 /// One platform of an image.
@@ -476,6 +478,7 @@ async fn plan_platform(
                 &new_layer.digest,
                 new_layer.bytes.len() as u64,
             )
+            .and_then(|m| rewrite::annotate_base(&m, &format!("{repo}:{tag}"), &manifest.digest))
             .map_err(|e| anyhow!(e))?;
             plan.reason = format!(
                 "{file}: shape {shape} patched{}",
@@ -491,6 +494,10 @@ async fn plan_platform(
                 config: new_config,
                 config_digest,
                 manifest: new_manifest,
+                file_digests: (
+                    crate::digest::sha256(&found.entry.content),
+                    crate::digest::sha256(&bytes),
+                ),
             });
         }
     }
