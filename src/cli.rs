@@ -14,6 +14,9 @@ const APPLY_EXAMPLES: &str = "Examples:
   # See what would happen, push nothing
   runner-patch apply --backend cann --dry-run
 
+  # Keep each provenance statement for signing (e.g. with cosign attest --predicate)
+  runner-patch apply --backend cuda --provenance-dir provenance
+
   # Against a local registry (loopback registries are spoken to over plain HTTP)
   runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1";
 
@@ -141,6 +144,9 @@ pub struct ImageArgs {
     /// Print the digest map as JSON on stdout instead of the summary table.
     #[arg(long)]
     pub json: bool,
+    /// Attach no SLSA provenance statement to the patched manifests.
+    #[arg(long)]
+    pub no_provenance: bool,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +166,9 @@ pub struct ApplyArgs {
     /// Overwrite a tag even if it moved since it was read.
     #[arg(long)]
     pub force: bool,
+    /// Also write each provenance statement (and its predicate alone) here, for signing.
+    #[arg(long, value_name = "DIR")]
+    pub provenance_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +185,9 @@ pub struct VerifyArgs {
     /// A digest map from `apply`: check every patched target against its original.
     #[arg(long, value_name = "PATH")]
     pub manifest: Option<PathBuf>,
+    /// Skip the provenance checks (for images applied with `--no-provenance`).
+    #[arg(long)]
+    pub no_provenance: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

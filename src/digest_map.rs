@@ -46,6 +46,9 @@ pub struct ImageRecord {
     /// completes it; `rollback` restores whatever moved.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_progress: bool,
+    /// The source's own signatures and attestations: they cover the original digests only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<crate::provenance::SignatureRecord>,
 }
 
 /// A per-platform companion tag.
@@ -77,6 +80,9 @@ pub struct PlatformRecord {
     pub bytes_scanned: u64,
     #[serde(default)]
     pub bytes_to_push: u64,
+    /// The provenance artifact attached to the patched manifest (or that would be, in a plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<crate::provenance::ProvenanceRecord>,
 }
 
 /// The appended layer and config of a patched platform.
@@ -141,6 +147,7 @@ impl ImageRecord {
                     }
                 })
                 .collect(),
+            signatures: Vec::new(),
             platforms: p
                 .platforms
                 .iter()
@@ -171,6 +178,7 @@ impl ImageRecord {
                     bytes_to_push: pl.new.as_ref().map_or(0, |n| {
                         (n.layer.bytes.len() + n.config.len() + n.manifest.bytes.len()) as u64
                     }),
+                    provenance: None,
                 })
                 .collect(),
             in_progress: false,
@@ -457,6 +465,7 @@ mod tests {
                 patched_digest: patched.map(|_| "c-new".into()),
                 moved: false,
             }],
+            signatures: Vec::new(),
             in_progress: false,
         }
     }

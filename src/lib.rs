@@ -3,7 +3,8 @@
 //! Data flows one way, one module per step: a reference ([`registry`]) gives manifests and
 //! configs ([`media`]); [`scan`] finds the file the container sees; [`patch`] decides and edits
 //! it; [`layer`] builds the new layer; [`rewrite`] appends it to config, manifest and index;
-//! [`plan`] holds all of that per image; [`push`] writes it; [`digest_map`] records it.
+//! [`plan`] holds all of that per image; [`push`] writes it; [`provenance`] attaches the record of it beside the image;
+//! [`digest_map`] records it.
 
 pub mod cli;
 pub mod cmd;
@@ -15,6 +16,7 @@ pub mod output;
 pub mod patch;
 pub mod patches;
 pub mod plan;
+pub mod provenance;
 pub mod push;
 pub mod registry;
 pub mod report;

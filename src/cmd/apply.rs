@@ -11,6 +11,7 @@ use crate::cli::{Backend, Global, ImageArgs};
 use crate::digest_map::{DigestMap, ImageRecord, Recorder};
 use crate::patch::{Outcome, PatchSpec};
 use crate::plan::{plan_image, ImagePlan};
+use crate::provenance;
 use crate::push::{
     companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
 };
@@ -82,7 +83,16 @@ async fn discover(
 /// One tag's end: a plan (and what its push did), or an error.
 struct Finished {
     tag: String,
-    result: Result<(ImagePlan, Option<PushReport>)>,
+    result: Result<(ImagePlan, Option<PushReport>, Record, ImageRecord)>,
+}
+
+/// The record beside a patched image: provenance artifacts (and what attaching them did) and
+/// the source's own signatures.
+#[derive(Default)]
+struct Record {
+    attachments: Vec<provenance::Attachment>,
+    attached: Vec<provenance::Attached>,
+    signatures: Vec<provenance::SignatureRecord>,
 }
 
 /// What to do with the plans: push them (and where to write the map), or only show them.
@@ -90,6 +100,8 @@ pub struct Mode<'a> {
     pub dry_run: bool,
     pub force: bool,
     pub manifest: Option<&'a std::path::Path>,
+    /// Where each provenance statement is also written.
+    pub provenance_dir: Option<&'a std::path::Path>,
 }
 
 /// `apply` and `plan`: plan every tag, then push (unless a dry run) and report.
@@ -193,12 +205,20 @@ async fn run_async(
         let (reg, spec, source, target, scans) = (reg.clone(), spec.clone(), source.clone(), target.clone(), scans.clone());
         let target_tag = format!("{tag}{}", a.tag_suffix);
         let dry_run = mode.dry_run;
+        let with_provenance = !a.no_provenance;
         async move {
             let result = async {
-                let mut plan = plan_image(reg.clone(), spec, scans, &source, &tag, &target, &target_tag).await?;
+                let mut plan = plan_image(reg.clone(), spec.clone(), scans, &source, &tag, &target, &target_tag).await?;
                 companions_from_map(&mut plan, recorder);
                 for p in &plan.platforms {
                     tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
+                }
+                let mut record = Record::default();
+                if plan.outcome == Outcome::Patched {
+                    if with_provenance {
+                        record.attachments = provenance::build(&plan, &spec)?;
+                    }
+                    record.signatures = provenance::signatures(&reg, &source, &provenance::digest_pairs(&plan)).await?;
                 }
                 let elsewhere = plan.target != plan.source || plan.target_tag != plan.tag;
                 let report = if plan.outcome == Outcome::AlreadyPatched && elsewhere && !dry_run {
@@ -215,6 +235,11 @@ async fn run_async(
                     );
                     Some(r)
                 } else if plan.outcome == Outcome::Patched && !dry_run {
+                    // Before the push: a failure here leaves the tag as it was, and a re-run
+                    // (which sees the tag unpatched) attaches it then.
+                    for att in &record.attachments {
+                        record.attached.push(provenance::attach(&reg, &target, att).await?);
+                    }
                     let r = push(&reg, &plan, opts).await?;
                     tracing::info!(
                         "{tag}: pushed {target}:{target_tag} ({} blob(s) uploaded, {} bytes; {} mounted, {} copied, {} already there; {} manifest(s))",
@@ -224,11 +249,17 @@ async fn run_async(
                 } else {
                     None
                 };
+                let mut rec = ImageRecord::from_plan(&plan, report.as_ref());
+                provenance::fill_record(
+                    &mut rec,
+                    &record.attachments,
+                    &record.attached,
+                    record.signatures.clone(),
+                );
                 if let Some(r) = recorder {
-                    r.record(ImageRecord::from_plan(&plan, report.as_ref()))
-                        .map_err(|e| anyhow!(e))?;
+                    r.record(rec.clone()).map_err(|e| anyhow!(e))?;
                 }
-                Ok((plan, report))
+                Ok((plan, report, record, rec))
             }
             .await;
             Finished { tag, result }
@@ -243,8 +274,18 @@ async fn run_async(
     let mut rows = Vec::new();
     for f in &finished {
         match &f.result {
-            Ok((plan, pushed)) => {
-                let rec = ImageRecord::from_plan(plan, pushed.as_ref());
+            Ok((plan, pushed, record, rec)) => {
+                let rec = rec.clone();
+                for s in &rec.signatures {
+                    tracing::warn!("{}: {} {} covers the original {}, not the patched image; it is not moved or copied", f.tag, s.kind, s.reference, s.covers);
+                }
+                if let (Some(dir), false) = (mode.provenance_dir, mode.dry_run || pushed.is_none())
+                {
+                    if let Err(e) = provenance::write_statements(dir, &record.attachments) {
+                        eprintln!("runner-patch: error: {}:{}: {e:#}", source, f.tag);
+                        status = Status::Error;
+                    }
+                }
                 if plan.outcome == Outcome::Refused && status == Status::Success {
                     status = Status::Refused;
                 }
@@ -319,6 +360,7 @@ fn summary_row(rec: &ImageRecord) -> String {
             p.reason
         ));
     }
+    row.push_str(&provenance::summary_lines(rec));
     for c in &rec.companions {
         let state = if c.moved {
             "moved"

@@ -81,6 +81,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 dry_run: a.dry_run,
                 force: a.force,
                 manifest: Some(&a.manifest),
+                provenance_dir: a.provenance_dir.as_deref(),
             },
         ),
         Command::Plan(a) => apply::run(
@@ -90,6 +91,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 dry_run: true,
                 force: false,
                 manifest: None,
+                provenance_dir: None,
             },
         ),
         Command::Verify(a) => verify::run(&cli.global, a),
