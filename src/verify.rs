@@ -23,6 +23,9 @@ pub struct PlatformCheck {
     pub digest: String,
     pub file: Option<String>,
     pub problems: Vec<String>,
+    /// The file's digests as read here, for checking a provenance statement against them.
+    #[serde(skip)]
+    pub seen: crate::provenance::Seen,
 }
 
 /// Reads the added layer (small) whole, verified, and lists its entries.
@@ -115,6 +118,7 @@ pub async fn verify_platform(
         digest: manifest.digest.clone(),
         file: None,
         problems: Vec::new(),
+        seen: Default::default(),
     };
     let family = match manifest.kind() {
         Some(Kind::Manifest(f)) => f,
@@ -300,6 +304,16 @@ pub async fn verify_platform(
         Some((index, entries)) => {
             let entry = &entries[entries.len() - 1];
             check.file = Some(format!("/{}", entry.path));
+            check.seen.file = check.file.clone();
+            if *index == layers.len() - 1 {
+                check.seen.patched_file = Some(crate::digest::sha256(&entry.content));
+            }
+            check.seen.original_file = scanned
+                .hits
+                .get(1)
+                .and_then(|(_, lower)| lower.iter().rev().find(|l| l.path == entry.path))
+                .filter(|l| l.kind == EntryKind::Regular)
+                .map(|l| crate::digest::sha256(&l.content));
             if *index != layers.len() - 1 {
                 problems.push(format!(
                     "the visible /{} comes from layer {index}, not from the patch layer",

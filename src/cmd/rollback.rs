@@ -118,10 +118,30 @@ fn wanted(map: &DigestMap) -> Result<Vec<Wanted<'_>>> {
     Ok(out)
 }
 
+/// The provenance artifacts a map recorded: left in place, since each describes a patched
+/// image that stays in the registry by digest.
+fn provenance_kept(map: &DigestMap) -> Result<Vec<serde_json::Value>> {
+    let mut kept = Vec::new();
+    for rec in &map.images {
+        let target_repo = split_tagged(&rec.target)?.0;
+        for p in &rec.platforms {
+            if let (Some(prov), Some(patched)) = (&p.provenance, &p.patched_digest) {
+                kept.push(json!({
+                    "platform": p.platform,
+                    "subject": format!("{target_repo}@{patched}"),
+                    "provenance": prov.digest,
+                }));
+            }
+        }
+    }
+    Ok(kept)
+}
+
 pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.manifest).map_err(|e| anyhow!(e))?;
     let repos = map.repos().map_err(|e| anyhow!(e))?;
     let todo = wanted(&map)?;
+    let kept = provenance_kept(&map)?;
     let rt = super::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>());
@@ -151,7 +171,7 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
         }
         if a.json {
             crate::output::print(&serde_json::to_string_pretty(
-                &json!({"moves": moves, "failed": failed}),
+                &json!({"moves": moves, "failed": failed, "provenance_kept": kept}),
             )?)?;
         } else {
             for m in &moves {
@@ -168,6 +188,14 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
                     line.push_str(&format!("\n{:<24} {e}", ""));
                 }
                 crate::output::print(&line)?;
+            }
+            for k in &kept {
+                crate::output::print(&format!(
+                    "{:<24} {} on {} (it describes that image, which stays by digest)",
+                    "provenance kept",
+                    k["provenance"].as_str().unwrap_or_default(),
+                    k["subject"].as_str().unwrap_or_default()
+                ))?;
             }
             if moves.is_empty() {
                 crate::output::print("nothing to roll back: the map records no patched image")?;

@@ -16,6 +16,7 @@ fn split_tagged(s: &str) -> Result<(Repo, String)> {
 }
 use crate::media::{is_attestation, platform_of, Descriptor, Document, Kind};
 use crate::patch::PatchSpec;
+use crate::provenance;
 use crate::registry::{Registry, Repo};
 use crate::verify::{verify_platform, PlatformCheck};
 
@@ -94,7 +95,12 @@ async fn companion_problems(
     Ok(problems)
 }
 
-async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Result<ImageCheck> {
+async fn check_reference(
+    reg: &Registry,
+    spec: &PatchSpec,
+    input: &str,
+    with_provenance: bool,
+) -> Result<ImageCheck> {
     let (repo, r) = Repo::parse_reference(input).map_err(|e| anyhow!(e))?;
     let top = reg.manifest_get(&r).await?;
     let mut check = ImageCheck {
@@ -110,9 +116,12 @@ async fn check_reference(reg: &Registry, spec: &PatchSpec, input: &str) -> Resul
             .extend(companion_problems(reg, &repo, tag, &top, &children).await?);
     }
     for (name, m) in children {
-        check
-            .platforms
-            .push(verify_platform(reg, spec, &repo, name, &m, None).await?);
+        let mut pc = verify_platform(reg, spec, &repo, name, &m, None).await?;
+        if with_provenance {
+            let found = provenance::check(reg, &repo, &m, None, None, &pc.seen).await?;
+            pc.problems.extend(found);
+        }
+        check.platforms.push(pc);
     }
     Ok(check)
 }
@@ -121,6 +130,7 @@ async fn check_record(
     reg: &Registry,
     spec: &PatchSpec,
     rec: &crate::digest_map::ImageRecord,
+    with_provenance: bool,
 ) -> Result<ImageCheck> {
     let (source, _) = split_tagged(&rec.source)?;
     let (target, target_tag) = split_tagged(&rec.target)?;
@@ -211,15 +221,32 @@ async fn check_record(
                     problems: vec![
                         "child is neither a patched nor an original manifest of this image".into(),
                     ],
+                    seen: Default::default(),
                 });
             }
             continue;
         }
         let orig_digest = originals.get(&m.digest).cloned().unwrap_or_default();
         let orig = reg.manifest_get(&source.at_digest(&orig_digest)).await?;
-        check
+        let mut pc = verify_platform(reg, spec, &target, name, &m, Some((&source, &orig))).await?;
+        let recorded = rec
             .platforms
-            .push(verify_platform(reg, spec, &target, name, &m, Some((&source, &orig))).await?);
+            .iter()
+            .find(|p| p.patched_digest.as_deref() == Some(m.digest.as_str()))
+            .and_then(|p| p.provenance.as_ref());
+        if let (Some(prov), true) = (recorded, with_provenance) {
+            let found = provenance::check(
+                reg,
+                &target,
+                &m,
+                Some(&orig_digest),
+                Some(&prov.digest),
+                &pc.seen,
+            )
+            .await?;
+            pc.problems.extend(found);
+        }
+        check.platforms.push(pc);
     }
     for c in &rec.companions {
         if !c.moved || rec.in_progress {
@@ -265,11 +292,14 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
         if let Some(m) = &map {
             for rec in &m.images {
                 match rec.outcome.as_str() {
-                    "patched" => checks.push(check_record(&reg, &spec, rec).await?),
+                    "patched" => {
+                        checks.push(check_record(&reg, &spec, rec, !a.no_provenance).await?)
+                    }
                     "already-patched" => {
                         // What the tag served (the patched image), by tag so that its
                         // companions are checked too.
-                        let mut c = check_reference(&reg, &spec, &rec.target).await?;
+                        let mut c =
+                            check_reference(&reg, &spec, &rec.target, !a.no_provenance).await?;
                         let expect = rec
                             .patched_digest
                             .as_deref()
@@ -287,7 +317,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
             }
         }
         for r in &a.references {
-            checks.push(check_reference(&reg, &spec, r).await?);
+            checks.push(check_reference(&reg, &spec, r, !a.no_provenance).await?);
         }
         let ok = checks.iter().all(ImageCheck::ok);
         if a.json {
