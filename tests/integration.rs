@@ -12,6 +12,8 @@ mod durability;
 mod overlay;
 #[path = "it/pipeline.rs"]
 mod pipeline;
+#[path = "it/provenance.rs"]
+mod provenance;
 #[path = "it/refuse.rs"]
 mod refuse;
 #[path = "it/reliability.rs"]

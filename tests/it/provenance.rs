@@ -1,0 +1,386 @@
+//! Provenance at the registry: the SLSA statement beside each patched platform, read back with
+//! plain HTTP through the referrers tag schema and validated with the in-toto-attestation
+//! models (tests/support/provenance.py); base annotations; the source's signatures; and
+//! `verify` naming each altered field.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// Runs tests/support/provenance.py; returns its JSON answer.
+fn prov(reg: &Registry, command: &str, digest: &str, extra: &[&str]) -> Value {
+    let out = Command::new("python3")
+        .arg(root().join("tests/support/provenance.py"))
+        .args([
+            command,
+            "--registry",
+            &reg.addr,
+            "--repository",
+            REPO,
+            "--digest",
+            digest,
+        ])
+        .args(extra)
+        .output()
+        .expect("run tests/support/provenance.py");
+    assert!(
+        out.status.success(),
+        "provenance.py {command} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("provenance.py json")
+}
+
+fn sha(v: &Value) -> String {
+    format!("sha256:{}", v["digest"]["sha256"].as_str().expect("sha256"))
+}
+
+fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .expect("list")
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no {name:?} in {list}"))
+}
+
+#[test]
+fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
+    let reg = Registry::start();
+    let tag = "cuda12.9-vllm0.27.1";
+    let summary = reg.seed(&[tag]);
+    let fixture = &summary["images"][tag];
+    let original = fixture["digest"].as_str().expect("digest").to_owned();
+    let repo = reg.repo();
+    // The source carries a cosign-style signature of its own.
+    let sig = prov(&reg, "sign", &original, &[]);
+    let work = tempfile::tempdir().expect("tmp");
+
+    // plan says what would be attached and which signature the patch leaves behind.
+    let plan = cli(
+        work.path(),
+        &[
+            "plan",
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            tag,
+        ],
+    );
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert_eq!(
+        plan.stdout
+            .matches("provenance       would attach sha256:")
+            .count(),
+        2,
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains(&format!(
+            "cosign-signature {repo}:{}",
+            sig["tag"].as_str().expect("tag")
+        )) && plan
+            .stdout
+            .contains(&format!("covers the original {original}, not the patched")),
+        "{}",
+        plan.stdout
+    );
+
+    let run = apply(
+        &reg,
+        work.path(),
+        "cuda",
+        &[tag],
+        &["--provenance-dir", "prov"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let map = run.json();
+    let img = &map["images"][0];
+    let patched_top = img["patched_digest"].as_str().expect("patched").to_owned();
+    assert!(
+        run.stderr.contains("covers the original") && run.stderr.contains("not moved or copied"),
+        "{}",
+        run.stderr
+    );
+
+    // The signature is reported as covering the original only, and stays where it was.
+    let sigs = img["signatures"].as_array().expect("signatures");
+    assert_eq!(sigs.len(), 1, "{img}");
+    assert_eq!(sigs[0]["kind"], "cosign-signature");
+    assert_eq!(sigs[0]["covers"], original.as_str());
+    assert_eq!(sigs[0]["not_covering"], patched_top.as_str());
+    assert_eq!(sigs[0]["digest"], sig["digest"]);
+    assert_eq!(
+        served(&format!("{repo}:{}", sig["tag"].as_str().expect("tag"))),
+        sig["digest"].as_str().expect("digest")
+    );
+    for d in std::iter::once(patched_top.clone()).chain(
+        img["platforms"]
+            .as_array()
+            .expect("platforms")
+            .iter()
+            .map(|p| p["patched_digest"].as_str().expect("p").to_owned()),
+    ) {
+        let hex = d.trim_start_matches("sha256:");
+        for suffix in ["sig", "att"] {
+            let out = Command::new("skopeo")
+                .args([
+                    "inspect",
+                    "--raw",
+                    "--tls-verify=false",
+                    &format!("docker://{repo}:sha256-{hex}.{suffix}"),
+                ])
+                .output()
+                .expect("skopeo");
+            assert!(
+                !out.status.success(),
+                "a .{suffix} tag appeared for the patched {d}"
+            );
+        }
+    }
+
+    let patch_toml = std::fs::read(root().join("patches/multiconnector-observe/patch.toml"))
+        .expect("patch.toml");
+    for p in img["platforms"].as_array().expect("platforms") {
+        let platform = p["platform"].as_str().expect("platform");
+        let arch = platform.split('/').nth(1).expect("arch");
+        let patched = p["patched_digest"].as_str().expect("patched");
+        let fx = fixture["platforms"]
+            .as_object()
+            .expect("platforms")
+            .iter()
+            .find(|(k, _)| k.split('/').nth(1) == Some(arch))
+            .map(|(_, v)| v)
+            .expect("fixture platform");
+        assert_eq!(p["original_digest"], fx["digest"]);
+
+        // Exactly one provenance artifact, found with plain HTTP, valid for in-toto's models.
+        let found = prov(&reg, "inspect", patched, &[]);
+        let arts = found["artifacts"].as_array().expect("artifacts");
+        assert_eq!(arts.len(), 1, "{found}");
+        let art = &arts[0];
+        assert_eq!(art["manifest"]["subject"]["digest"], patched);
+        assert_eq!(
+            art["manifest"]["artifactType"],
+            "application/vnd.in-toto+json"
+        );
+        assert_eq!(
+            art["descriptor"]["annotations"]["in-toto.io/predicate-type"],
+            "https://slsa.dev/provenance/v1"
+        );
+        let rec = &p["provenance"];
+        assert_eq!(rec["digest"], art["digest"], "{p}");
+        assert_eq!(rec["statement_digest"], art["statement_digest"]);
+        assert_eq!(rec["artifact_type"], "application/vnd.in-toto+json");
+        assert_eq!(rec["attached_via"], "referrers-tag");
+
+        // Every digest in the statement is the registry's and the map's.
+        let st = &art["statement"];
+        assert_eq!(st["_type"], "https://in-toto.io/Statement/v1");
+        assert_eq!(sha(&st["subject"][0]), patched);
+        let pred = &st["predicate"];
+        let bd = &pred["buildDefinition"];
+        let deps = &bd["resolvedDependencies"];
+        assert_eq!(
+            sha(named(deps, "manifest")),
+            fx["digest"].as_str().expect("d")
+        );
+        let file = p["file"].as_str().expect("file");
+        assert_eq!(
+            sha(named(deps, file)),
+            fx["file_sha256"].as_str().expect("f")
+        );
+        let patches = &bd["externalParameters"]["patches"];
+        assert_eq!(patches[0]["id"], map["patch"]);
+        assert_eq!(sha(&patches[0]), sha256_hex(&patch_toml));
+        let by = &pred["runDetails"]["byproducts"];
+        let added = &p["added_layer"];
+        assert_eq!(
+            sha(named(by, "layer")),
+            added["digest"].as_str().expect("l")
+        );
+        assert_eq!(
+            sha(named(by, "config")),
+            added["config_digest"].as_str().expect("c")
+        );
+        let manifest: Value =
+            serde_json::from_slice(&skopeo_raw(&format!("{repo}@{patched}"))).expect("json");
+        let layers = manifest["layers"].as_array().expect("layers");
+        assert_eq!(layers[layers.len() - 1]["digest"], added["digest"]);
+        assert_eq!(manifest["config"]["digest"], added["config_digest"]);
+        let (rootfs, _) = unpack(&format!("{repo}@{patched}"), arch, &work.path().join(arch));
+        let content = std::fs::read(rootfs.join(file.trim_start_matches('/'))).expect("file");
+        assert_eq!(sha(named(by, file)), sha256_hex(&content));
+        assert!(pred["runDetails"]["builder"]["id"]
+            .as_str()
+            .expect("id")
+            .contains("runner-patch@"));
+
+        // Base annotations on the OCI manifest only; the Docker v2 manifest has none.
+        if manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json" {
+            let ann = &manifest["annotations"];
+            assert_eq!(
+                ann["org.opencontainers.image.base.name"],
+                format!("{repo}:{tag}")
+            );
+            assert_eq!(ann["org.opencontainers.image.base.digest"], fx["digest"]);
+        } else {
+            assert_eq!(
+                manifest["mediaType"],
+                "application/vnd.docker.distribution.manifest.v2+json"
+            );
+            assert!(manifest.get("annotations").is_none(), "{manifest}");
+        }
+
+        // The statement written for signing is the one attached.
+        let hex = patched.trim_start_matches("sha256:");
+        let written: Value = serde_json::from_slice(
+            &std::fs::read(work.path().join(format!("prov/sha256-{hex}.intoto.json")))
+                .expect("statement file"),
+        )
+        .expect("json");
+        assert_eq!(&written, st);
+        let predicate: Value = serde_json::from_slice(
+            &std::fs::read(
+                work.path()
+                    .join(format!("prov/sha256-{hex}.predicate.json")),
+            )
+            .expect("predicate file"),
+        )
+        .expect("json");
+        assert_eq!(&predicate, pred);
+    }
+    let verify = cli(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+
+    // A re-run attaches nothing new; rollback leaves the record and says so.
+    let before = reg.storage();
+    let again = apply(
+        &reg,
+        work.path(),
+        "cuda",
+        &[tag],
+        &["--manifest", "again.json"],
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(reg.storage(), before, "re-run wrote to the registry");
+    let back = cli(
+        work.path(),
+        &["rollback", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    assert_eq!(
+        back.stdout.matches("provenance kept").count(),
+        2,
+        "{}",
+        back.stdout
+    );
+    assert_eq!(served(&format!("{repo}:{tag}")), original);
+    for p in img["platforms"].as_array().expect("platforms") {
+        let found = prov(
+            &reg,
+            "inspect",
+            p["patched_digest"].as_str().expect("p"),
+            &[],
+        );
+        assert_eq!(found["artifacts"].as_array().expect("a").len(), 1);
+    }
+}
+
+#[test]
+fn verify_names_each_altered_provenance_field() {
+    let reg = Registry::start();
+    let tag = "cuda12.8-vllm0.27.1";
+    reg.seed(&[tag]);
+    let work = tempfile::tempdir().expect("tmp");
+    let run = apply(&reg, work.path(), "cuda", &[tag], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let map = run.json();
+    let patched = map["images"][0]["platforms"][0]["patched_digest"]
+        .as_str()
+        .expect("patched")
+        .to_owned();
+    let by_ref = format!("{}:{tag}", reg.repo());
+    for args in [
+        vec!["verify", "--manifest", "runner-patch-manifest.json"],
+        vec!["verify", by_ref.as_str()],
+    ] {
+        let ok = cli(work.path(), &args);
+        assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    }
+    for (how, field) in [
+        ("subject", "subject digest"),
+        ("original", "original digest"),
+        ("layer", "layer digest"),
+        ("missing", "no statement is attached"),
+    ] {
+        let altered = prov(&reg, "alter", &patched, &["--how", how]);
+        for args in [
+            vec!["verify", "--manifest", "runner-patch-manifest.json"],
+            vec!["verify", by_ref.as_str()],
+        ] {
+            let v = cli(work.path(), &args);
+            assert_eq!(v.code, 1, "{how}: {args:?}: {}{}", v.stdout, v.stderr);
+            assert!(
+                v.stdout
+                    .lines()
+                    .any(|l| l.contains("provenance") && l.contains(field)),
+                "{how}: {args:?}: no provenance problem naming {field:?} in {}",
+                v.stdout
+            );
+        }
+        prov(
+            &reg,
+            "restore",
+            &patched,
+            &["--index", altered["previous"].as_str().expect("previous")],
+        );
+        let ok = cli(
+            work.path(),
+            &["verify", "--manifest", "runner-patch-manifest.json"],
+        );
+        assert_eq!(ok.code, 0, "after restoring {how}: {}", ok.stdout);
+    }
+}
+
+#[test]
+fn no_provenance_attaches_nothing() {
+    let reg = Registry::start();
+    let tag = "cuda12.8-vllm0.27.1";
+    reg.seed(&[tag]);
+    let work = tempfile::tempdir().expect("tmp");
+    let run = apply(&reg, work.path(), "cuda", &[tag], &["--no-provenance"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let map = run.json();
+    let p = &map["images"][0]["platforms"][0];
+    assert!(p.get("provenance").is_none(), "{p}");
+    let found = prov(
+        &reg,
+        "inspect",
+        p["patched_digest"].as_str().expect("p"),
+        &[],
+    );
+    assert!(found["index"].is_null(), "{found}");
+    let v = cli(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    let by_ref = format!("{}:{tag}", reg.repo());
+    let v = cli(work.path(), &["verify", &by_ref]);
+    assert_eq!(v.code, 1, "{}", v.stdout);
+    assert!(
+        v.stdout.contains("no statement is attached"),
+        "{}",
+        v.stdout
+    );
+    let v = cli(work.path(), &["verify", "--no-provenance", &by_ref]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+}
