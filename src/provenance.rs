@@ -340,6 +340,56 @@ pub async fn attach(reg: &Registry, repo: &Repo, a: &Attachment) -> Result<Attac
     })
 }
 
+/// Whether a referrer descriptor is a provenance statement of the kind this tool attaches.
+fn is_provenance(d: &Value) -> bool {
+    d.get("artifactType").and_then(Value::as_str) == Some(ARTIFACT_TYPE)
+        && d.get("annotations")
+            .and_then(|a| a.get(PREDICATE_ANNOTATION))
+            .and_then(Value::as_str)
+            == Some(PREDICATE_TYPE)
+}
+
+/// Copies the provenance artifacts of `subject` from `source` to `target`, for an already
+/// patched image published under another repository: the record describes the same digest, so
+/// it goes with it. Artifacts are copied as they are (same digests); returns how many.
+pub async fn copy_attached(
+    reg: &Registry,
+    source: &Repo,
+    target: &Repo,
+    subject: &Document,
+) -> Result<usize> {
+    if source == target {
+        return Ok(0);
+    }
+    let mut copied = 0;
+    for d in referrers(reg, source, &subject.digest).await?.0 {
+        if !is_provenance(&d) {
+            continue;
+        }
+        let desc = Descriptor::from_json(&d, &format!("referrers of {}", subject.digest))
+            .map_err(|e| anyhow!(e))?;
+        let manifest = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
+        let layer = manifest.json["layers"]
+            .get(0)
+            .ok_or_else(|| anyhow!("provenance {} in {source} has no layer", desc.digest))?;
+        let ldesc = Descriptor::from_json(layer, &format!("provenance {} layers[0]", desc.digest))
+            .map_err(|e| anyhow!(e))?;
+        let statement = reg.blob_get_small(source, &ldesc, 4 * 1024 * 1024).await?;
+        let a = Attachment {
+            platform: String::new(),
+            subject: subject.clone(),
+            original_digest: String::new(),
+            statement,
+            statement_digest: ldesc.digest,
+            manifest,
+        };
+        if attach(reg, target, &a).await?.pushed {
+            copied += 1;
+        }
+    }
+    Ok(copied)
+}
+
 /// A signature or attestation of the source image: it covers the original digest, not the
 /// patched one, and is never moved or copied.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -517,8 +567,9 @@ pub async fn check(
     original: Option<&str>,
     recorded: Option<&str>,
     seen: &Seen,
-) -> Result<Vec<String>> {
+) -> Result<Checked> {
     let mut problems = Vec::new();
+    let mut origins = Vec::new();
     let (listed, _) = referrers(reg, repo, &manifest.digest).await?;
     if let Some(r) = recorded {
         if !listed
@@ -531,22 +582,13 @@ pub async fn check(
             ));
         }
     }
-    let ours: Vec<&Value> = listed
-        .iter()
-        .filter(|d| {
-            d.get("artifactType").and_then(Value::as_str) == Some(ARTIFACT_TYPE)
-                && d.get("annotations")
-                    .and_then(|a| a.get(PREDICATE_ANNOTATION))
-                    .and_then(Value::as_str)
-                    == Some(PREDICATE_TYPE)
-        })
-        .collect();
+    let ours: Vec<&Value> = listed.iter().filter(|d| is_provenance(d)).collect();
     if ours.is_empty() {
         problems.push(format!(
             "provenance: no statement is attached to {} (no {PREDICATE_TYPE} referrer)",
             manifest.digest
         ));
-        return Ok(problems);
+        return Ok(Checked { problems, origins });
     }
     let layers: Vec<Descriptor> = manifest
         .json
@@ -563,8 +605,13 @@ pub async fn check(
         .and_then(Value::as_str)
         .map(str::to_owned);
     for d in ours {
-        let desc = Descriptor::from_json(d, &format!("referrers of {}", manifest.digest))
-            .map_err(|e| anyhow!(e))?;
+        let desc = match Descriptor::from_json(d, &format!("referrers of {}", manifest.digest)) {
+            Ok(desc) => desc,
+            Err(e) => {
+                problems.push(format!("provenance: statement missing: {e}"));
+                continue;
+            }
+        };
         let at = format!("provenance {}", desc.digest);
         let art = match reg.manifest_get(&repo.at_digest(&desc.digest)).await {
             Ok(a) => a,
@@ -620,6 +667,19 @@ pub async fn check(
         }
         let pred = &st["predicate"];
         let deps = &pred["buildDefinition"]["resolvedDependencies"];
+        let params = &pred["buildDefinition"]["externalParameters"];
+        origins.push(format!(
+            "{}@{} + patch {} (provenance {})",
+            params["source"]
+                .as_str()
+                .and_then(|s| Repo::parse_reference(s).ok())
+                .map_or("?".to_owned(), |(r, _)| r.to_string()),
+            sha_of(find_named(deps, "manifest"))
+                .as_deref()
+                .unwrap_or("?"),
+            params["patches"][0]["id"].as_str().unwrap_or("?"),
+            desc.digest
+        ));
         let named_original = sha_of(find_named(deps, "manifest"));
         match (original, named_original.as_deref()) {
             (Some(want), got) if got != Some(want) => problems.push(format!(
@@ -668,7 +728,15 @@ pub async fn check(
             }
         }
     }
-    Ok(problems)
+    Ok(Checked { problems, origins })
+}
+
+/// What the provenance check found: disagreements, and per statement where the image came from
+/// (`REPO@ORIGINAL + patch ID`), for people reading `verify`.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    pub problems: Vec<String>,
+    pub origins: Vec<String>,
 }
 
 /// Without a digest map: the original a statement names must exist where it says and be this

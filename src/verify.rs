@@ -23,6 +23,9 @@ pub struct PlatformCheck {
     pub digest: String,
     pub file: Option<String>,
     pub problems: Vec<String>,
+    /// Where the image came from, as its provenance statements say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub made_from: Vec<String>,
     /// The file's digests as read here, for checking a provenance statement against them.
     #[serde(skip)]
     pub seen: crate::provenance::Seen,
@@ -118,6 +121,7 @@ pub async fn verify_platform(
         digest: manifest.digest.clone(),
         file: None,
         problems: Vec::new(),
+        made_from: Vec::new(),
         seen: Default::default(),
     };
     let family = match manifest.kind() {

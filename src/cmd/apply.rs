@@ -222,7 +222,11 @@ async fn run_async(
                 }
                 let elsewhere = plan.target != plan.source || plan.target_tag != plan.tag;
                 let report = if plan.outcome == Outcome::AlreadyPatched && elsewhere && !dry_run {
-                    // The source already carries the patch: the target name gets that image.
+                    // The source already carries the patch: the target name gets that image,
+                    // and its provenance goes with it (first: the tag is the last write).
+                    for p in &plan.platforms {
+                        provenance::copy_attached(&reg, &source, &target, &p.original).await?;
+                    }
                     let r = publish_as_is(&reg, &plan, opts).await?;
                     tracing::info!("{tag}: already patched; {target}:{target_tag} now points at it");
                     Some(r)

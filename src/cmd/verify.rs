@@ -119,7 +119,8 @@ async fn check_reference(
         let mut pc = verify_platform(reg, spec, &repo, name, &m, None).await?;
         if with_provenance {
             let found = provenance::check(reg, &repo, &m, None, None, &pc.seen).await?;
-            pc.problems.extend(found);
+            pc.problems.extend(found.problems);
+            pc.made_from = found.origins;
         }
         check.platforms.push(pc);
     }
@@ -221,6 +222,7 @@ async fn check_record(
                     problems: vec![
                         "child is neither a patched nor an original manifest of this image".into(),
                     ],
+                    made_from: Vec::new(),
                     seen: Default::default(),
                 });
             }
@@ -244,7 +246,8 @@ async fn check_record(
                 &pc.seen,
             )
             .await?;
-            pc.problems.extend(found);
+            pc.problems.extend(found.problems);
+            pc.made_from = found.origins;
         }
         check.platforms.push(pc);
     }
@@ -341,6 +344,9 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
                         p.platform,
                         p.file.as_deref().unwrap_or("")
                     ));
+                    for x in &p.made_from {
+                        out.push_str(&format!("\n      made from {x}"));
+                    }
                     for x in &p.problems {
                         out.push_str(&format!("\n      - {x}"));
                     }

@@ -5,7 +5,7 @@
 //! only ordinary manifest calls (see `crate::provenance`).
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 
 use super::{registry_message, Body, Call, Registry, RegistryError, Repo};
@@ -83,7 +83,7 @@ impl Registry {
         let what = format!("{repo} referrers of {digest}");
         let op = "listing referrers";
         let mut h = HeaderMap::new();
-        h.insert(ACCEPT, OCI_INDEX.parse().expect("a valid header value"));
+        h.insert(ACCEPT, HeaderValue::from_static(OCI_INDEX));
         let url = format!("{}/referrers/{digest}", self.base(repo));
         let resp = self
             .send(

@@ -259,6 +259,20 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
         &["verify", "--manifest", "runner-patch-manifest.json"],
     );
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    // From the registry alone (no map): which original and which patch made each platform.
+    let by_digest = cli(work.path(), &["verify", &format!("{repo}@{patched_top}")]);
+    assert_eq!(by_digest.code, 0, "{}", by_digest.stdout);
+    for p in img["platforms"].as_array().expect("platforms") {
+        let line = format!(
+            "made from {repo}@{} + patch multiconnector-observe",
+            p["original_digest"].as_str().expect("o")
+        );
+        assert!(
+            by_digest.stdout.contains(&line),
+            "{line} not in {}",
+            by_digest.stdout
+        );
+    }
 
     // A re-run attaches nothing new; rollback leaves the record and says so.
     let before = reg.storage();
@@ -348,6 +362,21 @@ fn verify_names_each_altered_provenance_field() {
         );
         assert_eq!(ok.code, 0, "after restoring {how}: {}", ok.stdout);
     }
+
+    // Published as it is under another repository: the record goes with the image.
+    let mirror = format!("{}/mirror/runner", reg.addr);
+    let again = apply(
+        &reg,
+        work.path(),
+        "cuda",
+        &[tag],
+        &["--target-repository", &mirror, "--manifest", "mirror.json"],
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.json()["images"][0]["outcome"], "already-patched");
+    let v = cli(work.path(), &["verify", &format!("{mirror}:{tag}")]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert!(v.stdout.contains("made from"), "{}", v.stdout);
 }
 
 #[test]
