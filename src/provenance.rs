@@ -86,6 +86,11 @@ impl Attachment {
         })
     }
 
+    /// Bytes of the blobs and manifest the artifact needs (the referrers index aside).
+    pub fn bytes(&self) -> u64 {
+        (self.statement.len() + self.manifest.bytes.len() + EMPTY.len()) as u64
+    }
+
     /// The predicate alone, as `cosign attest --predicate` takes it.
     pub fn predicate(&self) -> Result<Vec<u8>> {
         let v: Value = serde_json::from_slice(&self.statement)?;
@@ -480,6 +485,10 @@ pub fn fill_record(
             .find(|p| p.patched_digest.as_deref() == Some(a.subject.digest.as_str()))
         {
             p.provenance = Some(ProvenanceRecord::of(a, attached.get(i)));
+            // The artifact is pushed too: its statement, its manifest and the empty config.
+            let bytes = a.bytes();
+            p.bytes_to_push += bytes;
+            rec.bytes_to_push += bytes;
         }
     }
     rec.signatures = signatures;

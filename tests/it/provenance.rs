@@ -207,10 +207,23 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
             sha(named(by, "config")),
             added["config_digest"].as_str().expect("c")
         );
-        let manifest: Value =
-            serde_json::from_slice(&skopeo_raw(&format!("{repo}@{patched}"))).expect("json");
+        let raw = skopeo_raw(&format!("{repo}@{patched}"));
+        let manifest: Value = serde_json::from_slice(&raw).expect("json");
         let layers = manifest["layers"].as_array().expect("layers");
         assert_eq!(layers[layers.len() - 1]["digest"], added["digest"]);
+        // What this platform pushes: layer, config, manifest, and the artifact (statement,
+        // artifact manifest, the 2-byte empty config).
+        let n = |v: &Value| v.as_u64().expect("size");
+        assert_eq!(
+            n(&p["bytes_to_push"]),
+            n(&added["size"])
+                + n(&manifest["config"]["size"])
+                + raw.len() as u64
+                + n(&art["manifest"]["layers"][0]["size"])
+                + n(&art["descriptor"]["size"])
+                + 2,
+            "{p}"
+        );
         assert_eq!(manifest["config"]["digest"], added["config_digest"]);
         let (rootfs, _) = unpack(&format!("{repo}@{patched}"), arch, &work.path().join(arch));
         let content = std::fs::read(rootfs.join(file.trim_start_matches('/'))).expect("file");
