@@ -426,3 +426,61 @@ fn no_provenance_attaches_nothing() {
     let v = cli(work.path(), &["verify", "--no-provenance", &by_ref]);
     assert_eq!(v.code, 0, "{}", v.stdout);
 }
+
+#[test]
+fn a_registry_that_processes_subject_gets_no_referrers_tag() {
+    let reg = Registry::start();
+    let tag = "cuda12.8-vllm0.27.1";
+    reg.seed(&[tag]);
+    let work = tempfile::tempdir().expect("tmp");
+    let plan_path = work.path().join("plan.json");
+    std::fs::write(&plan_path, "[]").expect("plan");
+    let proxy = Daemon::start(
+        "fault_proxy.py",
+        &[
+            "--upstream",
+            &reg.addr,
+            "--plan",
+            plan_path.to_str().expect("utf8"),
+        ],
+    );
+    let via = format!("{}/{REPO}", proxy.addr());
+    let args = [
+        "--backend",
+        "cuda",
+        "--repository",
+        via.as_str(),
+        "--tag",
+        tag,
+        "--json",
+    ];
+    // The artifact and its subject are final in a plan (through the same name: base.name).
+    let plan = cli(work.path(), &[&["plan"][..], &args[..]].concat());
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let p = &plan.json()["images"][0]["platforms"][0];
+    let artifact = p["provenance"]["digest"]
+        .as_str()
+        .expect("artifact")
+        .to_owned();
+    let subject = p["patched_digest"].as_str().expect("subject").to_owned();
+    // The proxy answers the artifact's PUT as a registry that processes `subject` does.
+    std::fs::write(
+        &plan_path,
+        serde_json::json!([{
+            "match": {"method": "PUT", "path_regex": format!("/manifests/{artifact}$")},
+            "fault": {"kind": "add_header", "name": "OCI-Subject", "value": subject},
+        }])
+        .to_string(),
+    )
+    .expect("plan");
+    let run = cli(work.path(), &[&["apply"][..], &args[..]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rec = &run.json()["images"][0]["platforms"][0]["provenance"];
+    assert_eq!(rec["digest"], artifact.as_str());
+    assert_eq!(rec["attached_via"], "referrers-api", "{rec}");
+    // The artifact is there, with its subject; no referrers tag was written beside it.
+    let art: Value =
+        serde_json::from_slice(&skopeo_raw(&format!("{}@{artifact}", reg.repo()))).expect("json");
+    assert_eq!(art["subject"]["digest"], subject.as_str());
+    assert!(prov(&reg, "inspect", &subject, &[])["index"].is_null());
+}

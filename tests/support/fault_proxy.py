@@ -19,7 +19,7 @@ every one). Each rule counts on its own; the first rule whose nth fits wins.
 The file is re-read on every request; when its content changes the rules and
 counters start afresh (a parse error keeps the old plan). Fault kinds:
 reset_after_bytes, status, truncate, flip_byte, reset_request_after_bytes,
-html, drop_header, content_type, delay, hold -- see README.md for each one.
+html, drop_header, add_header, content_type, delay, hold -- see README.md for each one.
 
 --log FILE gets one JSON line per request: method, path, status, fault, rule,
 nth, req_bytes, resp_bytes, outcome, error. Ready-line: {"addr", "upstream"}.
@@ -342,6 +342,8 @@ class Proxy:
             out.append((k, v))
         if kind == "content_type" and get(headers, "Content-Type") is None:
             out.append(("Content-Type", fault["value"]))
+        if kind == "add_header":
+            out.append((fault["name"], fault["value"]))
         if fr[0] == "chunked":
             out.append(("Transfer-Encoding", "chunked"))
         if fr[0] == "eof" or kind in ("reset_after_bytes", "truncate"):

@@ -131,6 +131,11 @@ def main():
     r, body = call(px, "GET", mpath, headers={"Accept": ACCEPT})
     check("drop_header", r.status == 200 and r.getheader("Docker-Content-Digest") is None and body == man)
 
+    plan([{"match": {"path_regex": "/manifests/"}, "fault": {"kind": "add_header", "name": "OCI-Subject",
+                                                             "value": "sha256:" + "0" * 64}}])
+    r, body = call(px, "GET", mpath, headers={"Accept": ACCEPT})
+    check("add_header", r.status == 200 and r.getheader("OCI-Subject") == "sha256:" + "0" * 64 and body == man)
+
     plan([{"match": {"path_regex": "/manifests/"}, "fault": {"kind": "content_type", "value": "text/plain"}}])
     r, body = call(px, "GET", mpath, headers={"Accept": ACCEPT})
     check("content_type", r.status == 200 and r.getheader("Content-Type") == "text/plain")
@@ -175,7 +180,7 @@ def main():
 
     with open(a.log) as f:
         kinds = {(json.loads(x)["fault"] or {}).get("kind") for x in f}
-    want = {"reset_after_bytes", "status", "truncate", "flip_byte", "html", "drop_header",
+    want = {"reset_after_bytes", "status", "truncate", "flip_byte", "html", "drop_header", "add_header",
             "content_type", "delay", "reset_request_after_bytes", None}
     check("proxy log records every fault kind", want <= kinds, sorted(map(str, kinds)))
 
