@@ -67,7 +67,6 @@ pub struct Attachment {
     pub platform: String,
     /// The patched platform manifest the statement is about.
     pub subject: Document,
-    pub original_digest: String,
     pub statement: Vec<u8>,
     pub statement_digest: String,
     /// The OCI 1.1 artifact manifest (empty config, the statement as its one layer).
@@ -194,7 +193,6 @@ pub fn build(plan: &ImagePlan, spec: &PatchSpec) -> Result<Vec<Attachment>> {
         out.push(Attachment {
             platform: p.platform.clone(),
             subject: new.manifest.clone(),
-            original_digest: p.original.digest.clone(),
             statement,
             statement_digest,
             manifest: Document::from_value(manifest, OCI_MANIFEST),
@@ -383,7 +381,6 @@ pub async fn copy_attached(
         let a = Attachment {
             platform: String::new(),
             subject: subject.clone(),
-            original_digest: String::new(),
             statement,
             statement_digest: ldesc.digest,
             manifest,

@@ -242,7 +242,15 @@ async fn run_async(
                     // Before the push: a failure here leaves the tag as it was, and a re-run
                     // (which sees the tag unpatched) attaches it then.
                     for att in &record.attachments {
-                        record.attached.push(provenance::attach(&reg, &target, att).await?);
+                        let done = provenance::attach(&reg, &target, att).await?;
+                        tracing::info!(
+                            "{tag} {}: provenance {} {} ({})",
+                            att.platform,
+                            att.manifest.digest,
+                            if done.pushed { "attached" } else { "already attached" },
+                            done.via
+                        );
+                        record.attached.push(done);
                     }
                     let r = push(&reg, &plan, opts).await?;
                     tracing::info!(
