@@ -27,8 +27,9 @@ pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 pub const ARTIFACT_TYPE: &str = "application/vnd.in-toto+json";
 /// The annotation buildx and cosign put beside an in-toto layer.
 pub const PREDICATE_ANNOTATION: &str = "in-toto.io/predicate-type";
-/// Names the digest the patched subject was made from, so a referrers listing shows it.
-pub const ORIGINAL_ANNOTATION: &str = "dev.runner-patch.original";
+/// Names the digest the patched subject was made from, so a referrers listing shows it (the
+/// same name as the patched config's label).
+pub const ORIGINAL_ANNOTATION: &str = crate::rewrite::ORIGINAL_LABEL;
 /// What a run of this tool does, as the statement's `buildType` (described in the README).
 pub const BUILD_TYPE: &str = "urn:runner-patch:append-layer:v1";
 /// The OCI empty descriptor's content (`{}`), used as an artifact's config.
