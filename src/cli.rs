@@ -67,6 +67,29 @@ pub struct Global {
     /// Which patch to use when more than one is known.
     #[arg(long, global = true, value_name = "ID")]
     pub patch: Option<String>,
+    #[command(flatten)]
+    pub bounds: Bounds,
+}
+
+/// Time bounds on registry traffic (README, "Bounds"); each also reads an environment variable.
+#[derive(Debug, Args)]
+pub struct Bounds {
+    /// Seconds without a byte from a registry (or its token service) before a request fails.
+    #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_IDLE_TIMEOUT",
+          default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
+    /// Seconds every request may take, plus the time its size needs at --min-rate.
+    #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_REQUEST_TIMEOUT",
+          default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout: u64,
+    /// Slowest transfer accepted, in KiB/s: it sets how much a request's deadline grows with size.
+    #[arg(long, global = true, value_name = "KIB_S", env = "RUNNER_PATCH_MIN_RATE",
+          default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_rate: u64,
+    /// Seconds a docker-credential helper may take before it is stopped.
+    #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_HELPER_TIMEOUT",
+          default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub helper_timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]

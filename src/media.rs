@@ -148,6 +148,8 @@ pub struct Descriptor {
     pub media_type: String,
     pub digest: String,
     pub size: u64,
+    /// Where a foreign (non-distributable) layer says its bytes are served from.
+    pub urls: Vec<String>,
 }
 
 impl Descriptor {
@@ -171,12 +173,28 @@ impl Descriptor {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        let urls = v
+            .get("urls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u.as_str().map(str::to_owned))
+            .collect();
         Ok(Descriptor {
             media_type,
             digest: digest.to_owned(),
             size,
+            urls,
         })
     }
+}
+
+/// A foreign (non-distributable) layer: its media type says so or it names `urls`; registries
+/// need not hold its bytes.
+pub fn is_foreign(desc: &Descriptor) -> bool {
+    desc.media_type.contains(".foreign.")
+        || desc.media_type.contains(".nondistributable.")
+        || !desc.urls.is_empty()
 }
 
 /// `os/architecture[/variant]` of an index entry, `None` when it has no platform.

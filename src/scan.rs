@@ -975,6 +975,7 @@ mod tests {
             media_type: crate::media::OCI_LAYER_TAR.into(),
             digest: digest.into(),
             size: tar.len() as u64,
+            urls: Vec::new(),
         };
         scan_layer(tar, &desc, Compression::None, &wanted(), run).expect("scan")
     }

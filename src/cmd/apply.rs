@@ -185,7 +185,11 @@ async fn run_async(
     mode: Mode<'_>,
     recorder: Option<&Recorder>,
 ) -> Result<Status> {
-    let reg = Arc::new(Registry::new(&[&source, &target]));
+    // Requests in flight: four per tag at once (platforms, and a copy's read and write).
+    let reg = Arc::new(Registry::with_concurrency(
+        &[&source, &target],
+        a.jobs.saturating_mul(4),
+    ));
     let tags = if tags.is_empty() {
         let found = discover(&reg, &source, a.backend, &spec, a.include_dev).await?;
         for t in &found {

@@ -73,6 +73,7 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(&cli.global);
+    crate::registry::transport::configure(cli.global.bounds.limits());
     let status = match &cli.command {
         Command::Apply(a) => apply::run(
             &cli.global,

@@ -91,28 +91,66 @@ fn auth_files() -> Vec<PathBuf> {
     out
 }
 
-/// Runs `docker-credential-<helper> get` as Docker does (the server URL on stdin).
+/// Runs `docker-credential-<helper> get` as Docker does (the server URL on stdin), killing it
+/// when it does not answer within the helper timeout (a helper waiting on a locked keychain
+/// or a prompt would otherwise hang the run).
 fn from_helper(helper: &str, key: &str) -> Result<Option<Credential>, String> {
-    use std::io::Write;
+    use std::io::{Read, Write};
     let program = format!("docker-credential-{helper}");
+    let limit = super::transport::limits().helper;
     let mut child = std::process::Command::new(&program)
         .arg("get")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("credential helper {program} cannot run: {e}"))?;
+        .map_err(|e| format!("credential helper {program} cannot run ({e})"))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(key.as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("credential helper {program}: {e}"))?;
-    if !out.status.success() {
+    // Read its answer on a thread, so a helper that never closes stdout cannot block us.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut stdout) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = stdout.by_ref().take(1024 * 1024).read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "credential helper {program} did not answer within {} s and was stopped (--helper-timeout sets the limit)",
+                    limit.as_secs()
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "credential helper {program} cannot be waited for ({e})"
+                ))
+            }
+        }
+    };
+    if !status.success() {
         // Helpers answer "credentials not found in native keychain" with a failure status.
         return Ok(None);
     }
-    let v: Value = serde_json::from_slice(&out.stdout)
+    let stdout = rx
+        .recv_timeout(
+            limit
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(100)),
+        )
+        .map_err(|_| format!("credential helper {program} exited but left its output open"))?;
+    let v: Value = serde_json::from_slice(&stdout)
         .map_err(|_| format!("credential helper {program} printed something that is not JSON"))?;
     let username = v
         .get("Username")
@@ -341,7 +379,16 @@ impl Auth {
         if let Some(c) = creds.get(registry) {
             return Ok(c.clone());
         }
-        let c = lookup(registry).map_err(AuthError)?;
+        // Auth files and helpers are read off the async workers: a helper may take seconds.
+        let name = registry.to_owned();
+        let c = tokio::task::spawn_blocking(move || lookup(&name))
+            .await
+            .map_err(|e| {
+                AuthError(format!(
+                    "looking up credentials for {registry} failed ({e})"
+                ))
+            })?
+            .map_err(AuthError)?;
         match &c {
             Some(c) => tracing::debug!("credentials for {registry} from {}", c.source),
             None => tracing::debug!("no credentials for {registry}; anonymous"),
@@ -425,11 +472,25 @@ impl Auth {
             .ok()
             .and_then(|u| u.host_str().map(str::to_owned))
             .unwrap_or_default();
-        let resp = req.send().await.map_err(|e| {
-            AuthError(format!(
-                "token service of {registry} ({realm_host}) unreachable: {e}"
-            ))
-        })?;
+        let lim = super::transport::limits();
+        let deadline = lim.deadline(super::transport::TOKEN_MAX);
+        let started = Instant::now();
+        let sent = tokio::time::timeout(lim.idle, req.timeout(deadline).send()).await;
+        let mut resp = match sent {
+            Err(_) => {
+                return Err(AuthError(format!(
+                    "token service of {registry} ({realm_host}) did not answer within {} s (--idle-timeout)",
+                    lim.idle.as_secs()
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(AuthError(format!(
+                    "token service of {registry} ({realm_host}) unreachable: {}",
+                    super::transport::transport(&e)
+                )))
+            }
+            Ok(Ok(r)) => r,
+        };
         let status = resp.status();
         if !status.is_success() {
             let who = match &cred {
@@ -441,7 +502,16 @@ impl Auth {
                 status.as_u16()
             )));
         }
-        let body: Value = resp.json().await.map_err(|_| {
+        let bytes = super::transport::read_capped(
+            &mut resp,
+            started,
+            deadline,
+            super::transport::TOKEN_MAX,
+            "token answers",
+        )
+        .await
+        .map_err(|e| AuthError(format!("token service of {registry} ({realm_host}): {e}")))?;
+        let body: Value = serde_json::from_slice(&bytes).map_err(|_| {
             AuthError(format!(
                 "token service of {registry} answered something that is not JSON"
             ))

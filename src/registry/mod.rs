@@ -10,26 +10,24 @@
 //! here with reqwest; references are still parsed by oci-spec.
 
 pub mod auth;
+mod blobs;
 pub mod referrers;
+pub mod transport;
 
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt, TryStreamExt};
 use oci_spec::distribution::Reference;
-use reqwest::header::{
-    HeaderMap, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, WWW_AUTHENTICATE,
-};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
-use tokio::io::AsyncRead;
-use tokio_util::io::StreamReader;
 
 use crate::digest::sha256;
-use crate::media::{Descriptor, Document, MANIFEST_ACCEPT, MANIFEST_MAX_BYTES};
-use auth::{Auth, Scope};
+use crate::media::{Document, MANIFEST_ACCEPT, MANIFEST_MAX_BYTES};
+use auth::Auth;
+use transport::{limits, Body, Call, TAGS_PAGE_MAX};
 
 /// A repository on a registry, as the user named it (`docker.io/gpustack/runner`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -53,6 +51,7 @@ impl Repo {
                     "{input:?} names a tag or digest; give the repository only (tags go in --tag)"
                 ));
             }
+            check_host(input, host)?;
             return Ok(Repo {
                 registry: host.to_owned(),
                 repository: r.repository().to_owned(),
@@ -68,6 +67,7 @@ impl Repo {
                 "{input:?} names a tag or digest; give the repository only (tags go in --tag)"
             ));
         }
+        check_host(input, r.registry())?;
         Ok(Repo {
             registry: r.registry().to_owned(),
             repository: r.repository().to_owned(),
@@ -153,6 +153,59 @@ impl Repo {
     }
 }
 
+/// Refuses a registry host no request could reach, before any traffic: a port outside
+/// 1-65535, a DNS label over 63 bytes or a name over 253, a bracketed address that is not IPv6.
+fn check_host(input: &str, registry: &str) -> Result<(), String> {
+    let bad = |why: String| {
+        Err(format!(
+            "{input:?} names registry host {registry:?}, which {why}"
+        ))
+    };
+    let (host, port) = match registry.strip_prefix('[') {
+        Some(rest) => {
+            let Some((addr, after)) = rest.split_once(']') else {
+                return bad("has no closing ']'".into());
+            };
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return bad(format!(
+                    "puts {addr:?} in brackets, which is not an IPv6 address"
+                ));
+            }
+            match after {
+                "" => (addr, None),
+                p => match p.strip_prefix(':') {
+                    Some(p) => (addr, Some(p)),
+                    None => return bad("has text after the IPv6 address".into()),
+                },
+            }
+        }
+        None => match registry.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (registry, None),
+        },
+    };
+    if let Some(p) = port {
+        if !p.parse::<u16>().is_ok_and(|n| n > 0) {
+            return bad(format!("has port {p:?}, not a number from 1 to 65535"));
+        }
+    }
+    if !registry.starts_with('[') {
+        if host.len() > 253 {
+            return bad("is longer than 253 characters".into());
+        }
+        if let Some(l) = host.split('.').find(|l| l.is_empty() || l.len() > 63) {
+            return bad(format!(
+                "has a label of {} characters (1 to 63 allowed)",
+                l.len()
+            ));
+        }
+    }
+    if reqwest::Url::parse(&format!("https://{registry}/")).is_err() {
+        return bad("is not a valid host".into());
+    }
+    Ok(())
+}
+
 impl fmt::Display for Repo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.registry, self.repository)
@@ -232,40 +285,6 @@ fn retry_after(h: &HeaderMap) -> Option<Duration> {
     ))
 }
 
-/// Walks an error's sources into one line (reqwest hides the useful part in them).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
-}
-
-/// A transport failure in a few words: what happened, with the innermost cause (reqwest's own
-/// message repeats the URL, which the caller already names).
-fn transport(e: &reqwest::Error) -> String {
-    let mut inner: &dyn std::error::Error = e;
-    while let Some(s) = inner.source() {
-        inner = s;
-    }
-    let what = if e.is_connect() {
-        "cannot connect"
-    } else if e.is_timeout() {
-        "timed out"
-    } else if e.is_body() || e.is_decode() {
-        "connection broke while reading"
-    } else {
-        "request failed"
-    };
-    format!("{what}: {inner}")
-}
-
 /// The registry's own error message, shortened, from a JSON error envelope or the body text.
 fn registry_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
@@ -294,62 +313,39 @@ struct Inner {
     auth: Auth,
     plain: HashSet<String>,
     retry: Retry,
+    /// Requests in flight at once, across every task of the run.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
-/// One client for a run: connection pool, token cache, credentials.
+/// One client for a run: connection pool, token cache, credentials, and the bound on requests
+/// in flight.
 #[derive(Clone)]
 pub struct Registry {
     inner: Arc<Inner>,
 }
 
-/// What a request is for, in errors and token scopes.
-struct Call<'a> {
-    op: &'static str,
-    what: &'a str,
-    repo: &'a Repo,
-    scope: Scope,
-}
-
-impl<'a> Call<'a> {
-    /// A read: the token needs pull on the repository.
-    fn pull(op: &'static str, what: &'a str, repo: &'a Repo) -> Self {
-        Call {
-            op,
-            what,
-            repo,
-            scope: Scope::pull(&repo.repository),
-        }
-    }
-
-    /// A write: the token needs pull and push on the repository.
-    fn push(op: &'static str, what: &'a str, repo: &'a Repo) -> Self {
-        Call {
-            op,
-            what,
-            repo,
-            scope: Scope::push(&repo.repository),
-        }
-    }
-}
-
-/// How a request's body is made for each attempt.
-enum Body {
-    Empty,
-    Bytes(Bytes),
-}
-
 impl Registry {
-    /// A client for the given repositories: loopback ones over plain HTTP, others over TLS.
+    /// A client for the given repositories: loopback ones over plain HTTP, others over TLS; at
+    /// most the configured number of requests in flight.
     pub fn new(repos: &[&Repo]) -> Self {
+        Self::with_concurrency(repos, limits().max_requests)
+    }
+
+    /// As [`Registry::new`], with at most `max_requests` requests in flight at once (at least
+    /// two: a cross-registry copy reads and writes together), so that an index with thousands of
+    /// children never opens thousands of connections.
+    pub fn with_concurrency(repos: &[&Repo], max_requests: usize) -> Self {
         let plain = repos
             .iter()
             .filter(|r| r.is_loopback())
             .map(|r| r.endpoint())
             .collect();
+        let lim = limits();
         let http = reqwest::Client::builder()
             .user_agent(concat!("runner-patch/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(30))
-            .read_timeout(Duration::from_secs(120))
+            .connect_timeout(lim.idle)
+            // Backstop only: the bounded reads in `transport` fail first with a clearer message.
+            .read_timeout(lim.idle + Duration::from_secs(1))
             .build()
             .unwrap_or_default();
         let auth = Auth::new(http.clone());
@@ -359,142 +355,22 @@ impl Registry {
                 auth,
                 plain,
                 retry: Retry::default(),
+                slots: Arc::new(tokio::sync::Semaphore::new(max_requests.max(2))),
             }),
         }
     }
 
     fn base(&self, repo: &Repo) -> String {
-        let ep = repo.endpoint();
-        let scheme = if self.inner.plain.contains(&ep) {
-            "http"
-        } else {
-            "https"
-        };
-        format!("{scheme}://{ep}/v2/{}", repo.repository)
+        format!("{}/v2/{}", self.origin_of(repo), repo.repository)
     }
 
-    /// Resolves an upload `Location` (absolute or relative) against the registry.
+    /// Resolves a URL the registry named (upload `Location`, tag-list `Link`: absolute,
+    /// scheme-relative or a path) against the registry's origin, as a browser would.
     fn absolute(&self, repo: &Repo, location: &str) -> String {
-        if location.starts_with("http://") || location.starts_with("https://") {
-            return location.to_owned();
-        }
-        let ep = repo.endpoint();
-        let scheme = if self.inner.plain.contains(&ep) {
-            "http"
-        } else {
-            "https"
-        };
-        format!("{scheme}://{ep}{location}")
-    }
-
-    /// Sends one request with authentication and retries. Answers other than those the retry
-    /// policy or authentication handle are returned to the caller to judge.
-    async fn send(
-        &self,
-        call: Call<'_>,
-        method: Method,
-        url: &str,
-        headers: HeaderMap,
-        body: Body,
-    ) -> Result<reqwest::Response, RegistryError> {
-        let Call {
-            op,
-            what,
-            repo,
-            scope,
-        } = call;
-        let scope = &scope;
-        let retry = self.inner.retry;
-        let started = Instant::now();
-        let ep = repo.endpoint();
-        let mut auth_tries = 0;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let authz = self
-                .inner
-                .auth
-                .header(&repo.registry, &ep, scope)
-                .await
-                .map_err(|e| RegistryError::new(op, what, e.0, None))?;
-            let mut req = self
-                .inner
-                .http
-                .request(method.clone(), url)
-                .headers(headers.clone());
-            if let Some(a) = &authz {
-                req = req.header(reqwest::header::AUTHORIZATION, a);
-            }
-            req = match &body {
-                Body::Empty => req,
-                Body::Bytes(b) => req.body(b.clone()),
-            };
-            let (wait, failure) = match req.send().await {
-                Ok(resp) => {
-                    let status = resp.status();
-                    if status == StatusCode::UNAUTHORIZED
-                        || (status == StatusCode::FORBIDDEN
-                            && authz.as_deref().is_some_and(|a| a.starts_with("Bearer")))
-                    {
-                        let challenge = resp
-                            .headers()
-                            .get(WWW_AUTHENTICATE)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
-                        if auth_tries < 2
-                            && self
-                                .inner
-                                .auth
-                                .rejected(&ep, scope, challenge.as_deref(), authz.is_some())
-                                .await
-                        {
-                            auth_tries += 1;
-                            continue;
-                        }
-                        let body = resp.bytes().await.unwrap_or_default();
-                        let hint = if authz.is_some() {
-                            "credentials were rejected"
-                        } else {
-                            "authentication required and no credentials found"
-                        };
-                        return Err(RegistryError::new(
-                            op,
-                            what,
-                            format!(
-                                "HTTP {}: {hint}: {}",
-                                status.as_u16(),
-                                registry_message(&body)
-                            ),
-                            Some(status.as_u16()),
-                        ));
-                    }
-                    if !retryable(status) {
-                        return Ok(resp);
-                    }
-                    let wait = retry_after(resp.headers());
-                    let body = resp.bytes().await.unwrap_or_default();
-                    (
-                        wait,
-                        RegistryError::new(
-                            op,
-                            what,
-                            format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
-                            Some(status.as_u16()),
-                        ),
-                    )
-                }
-                Err(e) => (None, RegistryError::new(op, what, transport(&e), None)),
-            };
-            let wait = wait.unwrap_or_else(|| retry.backoff(attempt));
-            if attempt >= retry.attempts || started.elapsed() + wait > retry.budget {
-                return Err(failure);
-            }
-            tracing::warn!(
-                "{failure}; retry {attempt}/{} in {:.1}s",
-                retry.attempts - 1,
-                wait.as_secs_f64()
-            );
-            tokio::time::sleep(wait).await;
+        let base = format!("{}/", self.origin_of(repo));
+        match reqwest::Url::parse(&base).and_then(|b| b.join(location.trim())) {
+            Ok(u) => u.to_string(),
+            Err(_) => format!("{}{location}", self.origin_of(repo)),
         }
     }
 
@@ -520,14 +396,15 @@ impl Registry {
 
     /// GETs a manifest or index by tag or digest. The answer must be a manifest media type, carry
     /// a `Docker-Content-Digest` that matches its bytes (and the digest asked for), and stay
-    /// under the manifest size limit.
+    /// under the manifest size limit while it streams.
     pub async fn manifest_get(&self, r: &Reference) -> Result<Document, RegistryError> {
         let repo = Self::repo_of(r);
         let what = r.whole();
         let op = "fetching manifest";
-        let resp = self
+        let max = MANIFEST_MAX_BYTES as u64;
+        let mut resp = self
             .send(
-                Call::pull(op, &what, &repo),
+                Call::pull(op, &what, &repo).moving(max),
                 Method::GET,
                 &self.manifest_url(r, &repo),
                 Self::accept(),
@@ -535,16 +412,20 @@ impl Registry {
             )
             .await?;
         let status = resp.status();
-        let headers = resp.headers().clone();
         if status != StatusCode::OK {
-            let body = resp.bytes().await.unwrap_or_default();
             let msg = if status == StatusCode::NOT_FOUND {
-                format!("not found ({})", registry_message(&body))
+                let m = resp.error_text().await;
+                if m.is_empty() {
+                    "not found".to_owned()
+                } else {
+                    format!("not found ({m})")
+                }
             } else {
-                format!("HTTP {}: {}", status.as_u16(), registry_message(&body))
+                resp.failure().await
             };
             return Err(RegistryError::new(op, &what, msg, Some(status.as_u16())));
         }
+        let headers = resp.headers().clone();
         let ct = headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -557,38 +438,14 @@ impl Registry {
         if !MANIFEST_ACCEPT.contains(&ct.as_str()) {
             return Err(RegistryError::new(op, &what, format!("the registry answered Content-Type {ct:?}, not a manifest type; refusing to read it"), None));
         }
-        if resp
-            .content_length()
-            .is_some_and(|n| n > MANIFEST_MAX_BYTES as u64)
-        {
-            return Err(RegistryError::new(
-                op,
-                &what,
-                format!("manifest is over the {MANIFEST_MAX_BYTES} byte limit"),
-                None,
-            ));
+        // The deadline scales with the size announced (a trickle of a small manifest ends soon).
+        if let Some(n) = resp.resp.content_length() {
+            resp.expect(n.min(max));
         }
-        let mut body = Vec::new();
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                RegistryError::new(
-                    op,
-                    &what,
-                    format!("reading the body failed: {}", chain(&e)),
-                    None,
-                )
-            })?;
-            body.extend_from_slice(&chunk);
-            if body.len() > MANIFEST_MAX_BYTES {
-                return Err(RegistryError::new(
-                    op,
-                    &what,
-                    format!("manifest is over the {MANIFEST_MAX_BYTES} byte limit"),
-                    None,
-                ));
-            }
-        }
+        let body = resp
+            .body(max, "manifests")
+            .await
+            .map_err(|detail| RegistryError::new(op, &what, detail, None))?;
         let digest = sha256(&body);
         match headers
             .get("docker-content-digest")
@@ -622,7 +479,7 @@ impl Registry {
                 ));
             }
         }
-        let doc = Document::parse(body, &format!("manifest {what}"))
+        let doc = Document::parse(body, "the manifest")
             .map_err(|detail| RegistryError::new("reading manifest", &what, detail, None))?;
         if doc.media_type != ct {
             return Err(RegistryError::new(
@@ -652,14 +509,18 @@ impl Registry {
                 Body::Empty,
             )
             .await?;
-        match resp.status() {
+        let status = resp.status();
+        let header = resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(|d| d.trim().to_owned());
+        // Give the slot back before a GET needs one.
+        drop(resp);
+        match status {
             StatusCode::NOT_FOUND => Ok(None),
-            StatusCode::OK => match resp
-                .headers()
-                .get("docker-content-digest")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(d) if crate::digest::is_sha256(d.trim()) => Ok(Some(d.trim().to_owned())),
+            StatusCode::OK => match header {
+                Some(d) if crate::digest::is_sha256(&d) => Ok(Some(d)),
                 _ => Ok(Some(self.manifest_get(r).await?.digest)),
             },
             s => Err(RegistryError::new(
@@ -688,7 +549,7 @@ impl Registry {
                 )
             })?,
         );
-        let resp = self
+        let mut resp = self
             .send(
                 Call::push(op, &what, &repo),
                 Method::PUT,
@@ -699,13 +560,8 @@ impl Registry {
             .await?;
         let status = resp.status();
         if status != StatusCode::CREATED && status != StatusCode::OK {
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(RegistryError::new(
-                op,
-                &what,
-                format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
-                Some(status.as_u16()),
-            ));
+            let detail = resp.failure().await;
+            return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
         }
         if let Some(d) = resp
             .headers()
@@ -724,535 +580,17 @@ impl Registry {
         Ok(())
     }
 
-    pub async fn blob_exists(&self, repo: &Repo, digest: &str) -> Result<bool, RegistryError> {
-        let what = format!("{repo}@{digest}");
-        let url = format!("{}/blobs/{digest}", self.base(repo));
-        let resp = self
-            .send(
-                Call::pull("checking blob", &what, repo),
-                Method::HEAD,
-                &url,
-                HeaderMap::new(),
-                Body::Empty,
-            )
-            .await?;
-        match resp.status() {
-            StatusCode::OK => Ok(true),
-            StatusCode::NOT_FOUND => Ok(false),
-            s => Err(RegistryError::new(
-                "checking blob",
-                &what,
-                format!("HTTP {}", s.as_u16()),
-                Some(s.as_u16()),
-            )),
-        }
-    }
-
-    /// One GET of a blob from `offset` on; `Ok((response, skip))` where `skip` bytes must be
-    /// dropped when the registry ignored the range.
-    async fn blob_get_from(
-        &self,
-        repo: &Repo,
-        digest: &str,
-        offset: u64,
-    ) -> Result<(reqwest::Response, u64), RegistryError> {
-        let what = format!("{repo}@{digest}");
-        let url = format!("{}/blobs/{digest}", self.base(repo));
-        let mut h = HeaderMap::new();
-        if offset > 0 {
-            if let Ok(v) = format!("bytes={offset}-").parse() {
-                h.insert(reqwest::header::RANGE, v);
-            }
-        }
-        let resp = self
-            .send(
-                Call::pull("fetching blob", &what, repo),
-                Method::GET,
-                &url,
-                h,
-                Body::Empty,
-            )
-            .await?;
-        match resp.status() {
-            StatusCode::OK => Ok((resp, offset)),
-            StatusCode::PARTIAL_CONTENT if offset > 0 => Ok((resp, 0)),
-            s => {
-                let body = resp.bytes().await.unwrap_or_default();
-                Err(RegistryError::new(
-                    "fetching blob",
-                    &what,
-                    format!("HTTP {}: {}", s.as_u16(), registry_message(&body)),
-                    Some(s.as_u16()),
-                ))
-            }
-        }
-    }
-
-    /// Streams a blob, verified: its sha256 and size are checked as the bytes pass (on the
-    /// network side, so a consumer inflating them works in parallel), and the stream ends with
-    /// an error instead of a clean end when they do not match. A connection that breaks mid-blob
-    /// is resumed with a range request (or re-read from the start where ranges are not
-    /// supported), within the retry policy.
-    pub fn blob_stream(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-    ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-        struct State {
-            reg: Registry,
-            repo: Repo,
-            digest: String,
-            size: u64,
-            offset: u64,
-            skip: u64,
-            body: Option<futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>>,
-            failures: u32,
-            done: bool,
-            hasher: sha2::Sha256,
-        }
-        let st = State {
-            reg: self.clone(),
-            repo: repo.clone(),
-            digest: desc.digest.clone(),
-            size: desc.size,
-            offset: 0,
-            skip: 0,
-            body: None,
-            failures: 0,
-            done: false,
-            hasher: sha2::Digest::new(),
-        };
-        futures_util::stream::unfold(st, |mut st| async move {
-            loop {
-                if st.done {
-                    return None;
-                }
-                if st.body.is_none() {
-                    match st.reg.blob_get_from(&st.repo, &st.digest, st.offset).await {
-                        Ok((resp, skip)) => {
-                            st.skip = skip;
-                            st.body = Some(resp.bytes_stream().boxed());
-                        }
-                        Err(e) => {
-                            st.done = true;
-                            return Some((Err(std::io::Error::other(e)), st));
-                        }
-                    }
-                }
-                let next = st.body.as_mut().map(|b| b.next());
-                let item = match next {
-                    Some(fut) => fut.await,
-                    None => None,
-                };
-                match item {
-                    Some(Ok(mut chunk)) => {
-                        if st.skip > 0 {
-                            let n = (st.skip as usize).min(chunk.len());
-                            chunk = chunk.slice(n..);
-                            st.skip -= n as u64;
-                            if chunk.is_empty() {
-                                continue;
-                            }
-                        }
-                        st.offset += chunk.len() as u64;
-                        sha2::Digest::update(&mut st.hasher, &chunk);
-                        return Some((Ok(chunk), st));
-                    }
-                    Some(Err(e)) => {
-                        st.failures += 1;
-                        st.body = None;
-                        let retry = st.reg.inner.retry;
-                        if st.failures >= retry.attempts {
-                            st.done = true;
-                            let msg = format!(
-                                "fetching blob {}@{}: broken after {} bytes, {} times: {}",
-                                st.repo,
-                                st.digest,
-                                st.offset,
-                                st.failures,
-                                chain(&e)
-                            );
-                            return Some((Err(std::io::Error::other(msg)), st));
-                        }
-                        let wait = retry.backoff(st.failures);
-                        tracing::warn!("fetching blob {}@{}: connection broke after {} bytes ({}); resuming in {:.1}s", st.repo, st.digest, st.offset, chain(&e), wait.as_secs_f64());
-                        tokio::time::sleep(wait).await;
-                    }
-                    None => {
-                        st.done = true;
-                        if st.offset < st.size && st.failures + 1 < st.reg.inner.retry.attempts {
-                            // A clean close before the end: resume like a broken connection.
-                            st.failures += 1;
-                            st.done = false;
-                            st.body = None;
-                            tracing::warn!(
-                                "fetching blob {}@{}: body ended after {} of {} bytes; resuming",
-                                st.repo,
-                                st.digest,
-                                st.offset,
-                                st.size
-                            );
-                            continue;
-                        }
-                        let actual = crate::digest::finish(std::mem::take(&mut st.hasher));
-                        if actual != st.digest || st.offset != st.size {
-                            let msg = format!(
-                                "blob {}@{}: digest mismatch: the registry served {} bytes (the manifest says {}) whose digest is {actual}",
-                                st.repo, st.digest, st.offset, st.size
-                            );
-                            return Some((Err(std::io::Error::other(msg)), st));
-                        }
-                        return None;
-                    }
-                }
-            }
-        })
-    }
-
-    /// Streams a blob as an `AsyncRead`.
-    ///
-    /// The download (socket reads, sha256) runs in its own task and hands chunks over a
-    /// bounded channel, so it proceeds on another core while the reader inflates; the channel
-    /// bounds what is buffered to a few MiB.
-    pub async fn blob_reader(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-    ) -> Result<impl AsyncRead + Send + Unpin + 'static, RegistryError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
-        let mut stream = Box::pin(self.blob_stream(repo, desc));
-        tokio::spawn(async move {
-            while let Some(item) = stream.next().await {
-                if tx.send(item).await.is_err() {
-                    break; // the reader is gone
-                }
-            }
-        });
-        let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        });
-        Ok(StreamReader::new(Box::pin(chunks)))
-    }
-
-    /// Reads a small blob (a config, the patch layer) whole, bounded and verified.
-    pub async fn blob_get_small(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-        max: u64,
-    ) -> Result<Vec<u8>, RegistryError> {
-        let what = format!("{repo}@{}", desc.digest);
-        if desc.size > max {
-            return Err(RegistryError::new(
-                "fetching blob",
-                &what,
-                format!("{} bytes is over the {max} byte limit", desc.size),
-                None,
-            ));
-        }
-        let mut out = Vec::with_capacity(desc.size as usize);
-        let mut s = Box::pin(self.blob_stream(repo, desc));
-        while let Some(chunk) = s.next().await {
-            let chunk = chunk
-                .map_err(|e| RegistryError::new("fetching blob", &what, e.to_string(), None))?;
-            out.extend_from_slice(&chunk);
-            if out.len() as u64 > max {
-                return Err(RegistryError::new(
-                    "fetching blob",
-                    &what,
-                    format!("more than {max} bytes served"),
-                    None,
-                ));
-            }
-        }
-        let actual = sha256(&out);
-        if actual != desc.digest || out.len() as u64 != desc.size {
-            return Err(RegistryError::new(
-                "fetching blob",
-                &what,
-                format!(
-                    "digest mismatch: the registry served {} bytes whose digest is {actual}",
-                    out.len()
-                ),
-                None,
-            ));
-        }
-        Ok(out)
-    }
-
-    /// Starts an upload session; returns its absolute URL.
-    async fn upload_start(&self, repo: &Repo, what: &str) -> Result<String, RegistryError> {
-        let url = format!("{}/blobs/uploads/", self.base(repo));
-        let resp = self
-            .send(
-                Call::push("uploading blob", what, repo),
-                Method::POST,
-                &url,
-                HeaderMap::new(),
-                Body::Empty,
-            )
-            .await?;
-        if resp.status() != StatusCode::ACCEPTED {
-            let s = resp.status().as_u16();
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(RegistryError::new(
-                "uploading blob",
-                what,
-                format!("starting the upload: HTTP {s}: {}", registry_message(&body)),
-                Some(s),
-            ));
-        }
-        let loc = resp
-            .headers()
-            .get(LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                RegistryError::new(
-                    "uploading blob",
-                    what,
-                    "the registry gave no upload Location",
-                    None,
-                )
-            })?;
-        Ok(self.absolute(repo, loc))
-    }
-
-    fn with_digest(location: &str, digest: &str) -> String {
-        let sep = if location.contains('?') { '&' } else { '?' };
-        format!("{location}{sep}digest={digest}")
-    }
-
-    /// Abandons an upload session (best effort: the registry expires it anyway).
-    async fn upload_cancel(&self, repo: &Repo, location: &str) {
-        let _ = self.inner.http.delete(location).send().await;
-        tracing::debug!("cancelled an upload session in {repo}");
-    }
-
-    /// Uploads a blob this tool made: one monolithic PUT (what every registry supports), then
-    /// a single chunk plus commit if the registry refused that.
-    pub async fn blob_put(
-        &self,
-        repo: &Repo,
-        digest: &str,
-        bytes: Vec<u8>,
-    ) -> Result<(), RegistryError> {
-        let what = format!("{repo}@{digest}");
-        let data = Bytes::from(bytes);
-        let octet = || {
-            let mut h = HeaderMap::new();
-            h.insert(
-                CONTENT_TYPE,
-                reqwest::header::HeaderValue::from_static("application/octet-stream"),
-            );
-            h
-        };
-        let loc = self.upload_start(repo, &what).await?;
-        let resp = self
-            .send(
-                Call::push("uploading blob", &what, repo),
-                Method::PUT,
-                &Self::with_digest(&loc, digest),
-                octet(),
-                Body::Bytes(data.clone()),
-            )
-            .await?;
-        if resp.status() == StatusCode::CREATED {
-            return Ok(());
-        }
-        let first = format!(
-            "HTTP {}: {}",
-            resp.status().as_u16(),
-            registry_message(&resp.bytes().await.unwrap_or_default())
-        );
-        self.upload_cancel(repo, &loc).await;
-        tracing::warn!("uploading {what} in one request failed ({first}); trying a chunked upload");
-        let loc = self.upload_start(repo, &what).await?;
-        let mut h = octet();
-        if let Ok(v) = format!("0-{}", data.len().saturating_sub(1)).parse() {
-            h.insert("Content-Range", v);
-        }
-        let resp = self
-            .send(
-                Call::push("uploading blob", &what, repo),
-                Method::PATCH,
-                &loc,
-                h,
-                Body::Bytes(data),
-            )
-            .await?;
-        if resp.status() != StatusCode::ACCEPTED {
-            let s = resp.status().as_u16();
-            self.upload_cancel(repo, &loc).await;
-            return Err(RegistryError::new(
-                "uploading blob",
-                &what,
-                format!("chunk: HTTP {s}"),
-                Some(s),
-            ));
-        }
-        let loc = resp
-            .headers()
-            .get(LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .map(|l| self.absolute(repo, l))
-            .unwrap_or(loc);
-        let resp = self
-            .send(
-                Call::push("uploading blob", &what, repo),
-                Method::PUT,
-                &Self::with_digest(&loc, digest),
-                octet(),
-                Body::Empty,
-            )
-            .await?;
-        if resp.status() != StatusCode::CREATED {
-            let s = resp.status().as_u16();
-            return Err(RegistryError::new(
-                "uploading blob",
-                &what,
-                format!(
-                    "commit: HTTP {s}: {}",
-                    registry_message(&resp.bytes().await.unwrap_or_default())
-                ),
-                Some(s),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Cross-repository mount on one registry, with one token holding push on the target and
-    /// pull on the source. `true` when mounted (201); `false` when the registry declined (202,
-    /// 400, 401, 403, 404), and the caller uploads instead.
-    pub async fn blob_mount(&self, target: &Repo, source: &Repo, digest: &str) -> bool {
-        let what = format!("{target}@{digest}");
-        let url = format!(
-            "{}/blobs/uploads/?mount={digest}&from={}",
-            self.base(target),
-            source.repository
-        );
-        let scope = Scope::mount(&target.repository, &source.repository);
-        match self
-            .send(
-                Call {
-                    op: "mounting blob",
-                    what: &what,
-                    repo: target,
-                    scope,
-                },
-                Method::POST,
-                &url,
-                HeaderMap::new(),
-                Body::Empty,
-            )
-            .await
-        {
-            Ok(resp) if resp.status() == StatusCode::CREATED => true,
-            Ok(resp) => {
-                if resp.status() == StatusCode::ACCEPTED {
-                    // The registry opened an upload instead of mounting; close it.
-                    if let Some(loc) = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()) {
-                        let loc = self.absolute(target, loc);
-                        self.upload_cancel(target, &loc).await;
-                    }
-                }
-                tracing::debug!(
-                    "mount of {digest} from {source} into {target} declined: HTTP {}",
-                    resp.status().as_u16()
-                );
-                false
-            }
-            Err(e) => {
-                tracing::debug!("mount of {digest} from {source} into {target} declined: {e}");
-                false
-            }
-        }
-    }
-
-    /// Copies a blob between repositories or registries as one stream (never whole in memory):
-    /// GET from the source into a monolithic PUT on the target, which checks the digest. A
-    /// broken transfer is retried whole, within the retry policy.
-    pub async fn blob_copy(
-        &self,
-        source: &Repo,
-        target: &Repo,
-        desc: &Descriptor,
-    ) -> Result<(), RegistryError> {
-        let what = format!("{source}@{} to {target}", desc.digest);
-        let retry = self.inner.retry;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let loc = self.upload_start(target, &what).await?;
-            let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
-            let bar = crate::report::bar(format!("copy {short} to {}", target.registry), desc.size);
-            let counted = bar.clone();
-            let stream = self
-                .blob_stream(source, desc)
-                .inspect_ok(move |c| counted.inc(c.len() as u64));
-            let ep = target.endpoint();
-            let authz = self
-                .inner
-                .auth
-                .header(&target.registry, &ep, &Scope::push(&target.repository))
-                .await
-                .map_err(|e| RegistryError::new("copying blob", &what, e.0, None))?;
-            let mut req = self
-                .inner
-                .http
-                .put(Self::with_digest(&loc, &desc.digest))
-                .header(CONTENT_TYPE, "application/octet-stream")
-                .header(CONTENT_LENGTH, desc.size)
-                .body(reqwest::Body::wrap_stream(stream));
-            if let Some(a) = authz {
-                req = req.header(reqwest::header::AUTHORIZATION, a);
-            }
-            let sent = req.send().await;
-            bar.finish_and_clear();
-            let failure = match sent {
-                Ok(resp) if resp.status() == StatusCode::CREATED => return Ok(()),
-                Ok(resp) => {
-                    let s = resp.status();
-                    let msg = format!(
-                        "HTTP {}: {}",
-                        s.as_u16(),
-                        registry_message(&resp.bytes().await.unwrap_or_default())
-                    );
-                    if !retryable(s) {
-                        self.upload_cancel(target, &loc).await;
-                        return Err(RegistryError::new(
-                            "copying blob",
-                            &what,
-                            msg,
-                            Some(s.as_u16()),
-                        ));
-                    }
-                    msg
-                }
-                Err(e) => transport(&e),
-            };
-            self.upload_cancel(target, &loc).await;
-            if attempt >= retry.attempts {
-                return Err(RegistryError::new("copying blob", &what, failure, None));
-            }
-            let wait = retry.backoff(attempt);
-            tracing::warn!(
-                "copying blob {what}: {failure}; retry {attempt}/{} in {:.1}s",
-                retry.attempts - 1,
-                wait.as_secs_f64()
-            );
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Every tag of a repository, following `Link` pagination.
+    /// Every tag of a repository, following `Link` pagination (a `Link` to another host is
+    /// followed without credentials).
     pub async fn tags_list(&self, repo: &Repo) -> Result<Vec<String>, RegistryError> {
         let what = repo.to_string();
+        let op = "listing tags of";
         let mut url = format!("{}/tags/list?n=1000", self.base(repo));
         let mut tags = Vec::new();
         for _ in 0..10_000 {
-            let resp = self
+            let mut resp = self
                 .send(
-                    Call::pull("listing tags of", &what, repo),
+                    Call::pull(op, &what, repo).moving(TAGS_PAGE_MAX),
                     Method::GET,
                     &url,
                     HeaderMap::new(),
@@ -1260,6 +598,10 @@ impl Registry {
                 )
                 .await?;
             let status = resp.status();
+            if status != StatusCode::OK {
+                let detail = resp.failure().await;
+                return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
+            }
             let next = resp
                 .headers()
                 .get(reqwest::header::LINK)
@@ -1272,20 +614,11 @@ impl Registry {
                         .to_owned()
                 });
             let body = resp
-                .bytes()
+                .body(TAGS_PAGE_MAX, "a page of tags")
                 .await
-                .map_err(|e| RegistryError::new("listing tags of", &what, chain(&e), None))?;
-            if status != StatusCode::OK {
-                return Err(RegistryError::new(
-                    "listing tags of",
-                    &what,
-                    format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
-                    Some(status.as_u16()),
-                ));
-            }
-            let v: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
-                RegistryError::new("listing tags of", &what, "the answer is not JSON", None)
-            })?;
+                .map_err(|detail| RegistryError::new(op, &what, detail, None))?;
+            let v: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|_| RegistryError::new(op, &what, "the answer is not JSON", None))?;
             tags.extend(
                 v.get("tags")
                     .and_then(|t| t.as_array())
@@ -1294,16 +627,17 @@ impl Registry {
                     .filter_map(|t| t.as_str().map(str::to_owned)),
             );
             match next {
-                Some(n) => url = self.absolute(repo, &n),
+                Some(n) => {
+                    let next = self.absolute(repo, &n);
+                    if !self.is_own(repo, &next) {
+                        tracing::debug!("tag list of {repo} continues on another host; following it without credentials");
+                    }
+                    url = next;
+                }
                 None => return Ok(tags),
             }
         }
-        Err(RegistryError::new(
-            "listing tags of",
-            &what,
-            "more than 10000 pages",
-            None,
-        ))
+        Err(RegistryError::new(op, &what, "more than 10000 pages", None))
     }
 }
 
@@ -1333,6 +667,18 @@ mod tests {
             .is_loopback());
         assert!(Repo::parse("gpustack/runner:tag").is_err());
         assert!(Repo::parse("Bad Name/x").is_err());
+        // Hosts no request could reach are refused at parse time.
+        for bad in [
+            "127.0.0.1:99999/a",
+            "127.0.0.1:0/a",
+            "[zz]:5000/a",
+            "[::1/a",
+            &format!("{}.example/a", "x".repeat(64)),
+        ] {
+            let e = Repo::parse(bad).expect_err(bad);
+            assert!(e.contains("registry host"), "{bad}: {e}");
+        }
+        assert!(Repo::parse("[::1]:5000/a").is_ok() && Repo::parse("[::1]/a").is_ok());
         let (repo, r) = Repo::parse_reference("127.0.0.1:5000/a/b:t1").expect("ref");
         assert_eq!((repo.repository.as_str(), r.tag()), ("a/b", Some("t1")));
         assert!(Repo::parse_reference("127.0.0.1:5000/a/b").is_err());

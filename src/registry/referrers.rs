@@ -8,8 +8,9 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 
-use super::{registry_message, Body, Call, Registry, RegistryError, Repo};
-use crate::media::{Document, OCI_INDEX};
+use super::transport::{Body, Call};
+use super::{Registry, RegistryError, Repo};
+use crate::media::{Document, MANIFEST_MAX_BYTES, OCI_INDEX};
 
 impl Registry {
     /// PUTs a manifest that carries a `subject` by digest; `Ok(true)` when the registry answered
@@ -35,7 +36,7 @@ impl Registry {
                 )
             })?,
         );
-        let resp = self
+        let mut resp = self
             .send(
                 Call::push(op, &what, repo),
                 Method::PUT,
@@ -46,13 +47,8 @@ impl Registry {
             .await?;
         let status = resp.status();
         if status != StatusCode::CREATED && status != StatusCode::OK {
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(RegistryError::new(
-                op,
-                &what,
-                format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
-                Some(status.as_u16()),
-            ));
+            let detail = resp.failure().await;
+            return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
         }
         let header = |name: &str| {
             resp.headers()
@@ -85,9 +81,9 @@ impl Registry {
         let mut h = HeaderMap::new();
         h.insert(ACCEPT, HeaderValue::from_static(OCI_INDEX));
         let url = format!("{}/referrers/{digest}", self.base(repo));
-        let resp = self
+        let mut resp = self
             .send(
-                Call::pull(op, &what, repo),
+                Call::pull(op, &what, repo).moving(MANIFEST_MAX_BYTES as u64),
                 Method::GET,
                 &url,
                 h,
@@ -99,13 +95,8 @@ impl Registry {
             return Ok(None);
         }
         if status != StatusCode::OK {
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(RegistryError::new(
-                op,
-                &what,
-                format!("HTTP {}: {}", status.as_u16(), registry_message(&body)),
-                Some(status.as_u16()),
-            ));
+            let detail = resp.failure().await;
+            return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
         }
         let ct = resp
             .headers()
@@ -118,10 +109,14 @@ impl Registry {
             tracing::debug!("{what}: answered {ct:?}, not an OCI index; no referrers API");
             return Ok(None);
         }
-        let body = resp.bytes().await.map_err(|e| {
-            RegistryError::new(op, &what, format!("reading the body failed: {e}"), None)
-        })?;
-        Document::parse(body.to_vec(), &what)
+        if let Some(n) = resp.resp.content_length() {
+            resp.expect(n.min(MANIFEST_MAX_BYTES as u64));
+        }
+        let body = resp
+            .body(MANIFEST_MAX_BYTES as u64, "manifests")
+            .await
+            .map_err(|detail| RegistryError::new(op, &what, detail, None))?;
+        Document::parse(body, "the referrers index")
             .map(Some)
             .map_err(|detail| RegistryError::new(op, &what, detail, None))
     }
