@@ -354,7 +354,9 @@ struct Token {
 /// Per-run authentication state, shared by all requests.
 pub struct Auth {
     http: reqwest::Client,
-    creds: Mutex<HashMap<String, Option<Credential>>>,
+    /// Per registry: its credentials, or why they could not be read (a helper that hung is
+    /// not asked again by every request).
+    creds: Mutex<HashMap<String, Result<Option<Credential>, String>>>,
     challenges: Mutex<HashMap<String, Challenge>>,
     tokens: Mutex<HashMap<(String, Scope), Token>>,
 }
@@ -377,7 +379,7 @@ impl Auth {
     async fn credential(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
         let mut creds = self.creds.lock().await;
         if let Some(c) = creds.get(registry) {
-            return Ok(c.clone());
+            return c.clone().map_err(AuthError);
         }
         // Auth files and helpers are read off the async workers: a helper may take seconds.
         let name = registry.to_owned();
@@ -387,14 +389,14 @@ impl Auth {
                 AuthError(format!(
                     "looking up credentials for {registry} failed ({e})"
                 ))
-            })?
-            .map_err(AuthError)?;
+            })?;
         match &c {
-            Some(c) => tracing::debug!("credentials for {registry} from {}", c.source),
-            None => tracing::debug!("no credentials for {registry}; anonymous"),
+            Ok(Some(c)) => tracing::debug!("credentials for {registry} from {}", c.source),
+            Ok(None) => tracing::debug!("no credentials for {registry}; anonymous"),
+            Err(_) => {}
         }
         creds.insert(registry.to_owned(), c.clone());
-        Ok(c)
+        c.map_err(AuthError)
     }
 
     /// The `Authorization` header for a request, when the registry has asked for one before.

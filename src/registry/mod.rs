@@ -346,6 +346,8 @@ impl Registry {
             .connect_timeout(lim.idle)
             // Backstop only: the bounded reads in `transport` fail first with a clearer message.
             .read_timeout(lim.idle + Duration::from_secs(1))
+            // Idle connections beyond the requests in flight are closed, not pooled.
+            .pool_max_idle_per_host(max_requests.max(2))
             .build()
             .unwrap_or_default();
         let auth = Auth::new(http.clone());
@@ -682,6 +684,44 @@ mod tests {
         let (repo, r) = Repo::parse_reference("127.0.0.1:5000/a/b:t1").expect("ref");
         assert_eq!((repo.repository.as_str(), r.tag()), ("a/b", Some("t1")));
         assert!(Repo::parse_reference("127.0.0.1:5000/a/b").is_err());
+    }
+
+    #[test]
+    fn urls_the_registry_names_are_resolved_and_only_its_origin_is_its_own() {
+        let repo = Repo::parse("127.0.0.1:5000/a/b").expect("parse");
+        let reg = Registry::new(&[&repo]);
+        assert_eq!(
+            reg.absolute(&repo, "/v2/a/b/blobs/uploads/x?s=1"),
+            "http://127.0.0.1:5000/v2/a/b/blobs/uploads/x?s=1"
+        );
+        assert_eq!(
+            reg.absolute(&repo, "//other.example:9000/u"),
+            "http://other.example:9000/u"
+        );
+        assert!(reg.is_own(&repo, "http://127.0.0.1:5000/v2/a/b/tags/list?last=x"));
+        for foreign in [
+            "http://127.0.0.1:5001/v2/",
+            "https://127.0.0.1:5000/v2/",
+            "http://localhost:5000/v2/",
+            "http://127.0.0.1:5000@evil.example/v2/",
+            "not a url",
+        ] {
+            assert!(!reg.is_own(&repo, foreign), "{foreign}");
+        }
+        let hub = Repo::parse("gpustack/runner").expect("parse");
+        assert!(reg.is_own(&hub, "https://registry-1.docker.io:443/v2/x"));
+        assert!(!reg.is_own(&hub, "https://docker.io/v2/x"));
+    }
+
+    #[test]
+    fn deadlines_grow_with_size_at_the_min_rate() {
+        let l = transport::Limits {
+            base: Duration::from_secs(10),
+            min_rate: 1024,
+            ..transport::Limits::default()
+        };
+        assert_eq!(l.deadline(0), Duration::from_secs(10));
+        assert_eq!(l.deadline(10 * 1024), Duration::from_secs(20));
     }
 
     #[test]
