@@ -387,8 +387,9 @@ impl Wanted {
 /// Errors of a layer scan; each names the layer.
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
-    #[error("layer {digest}: {source}")]
-    Read { digest: String, source: io::Error },
+    // The I/O error is shown in the message, not chained as a source: `{:#}` would repeat it.
+    #[error("layer {digest}: {error}")]
+    Read { digest: String, error: io::Error },
     #[error("layer {digest}: size mismatch: the manifest says {expected} bytes, the registry served {actual}")]
     Size {
         digest: String,
@@ -460,9 +461,9 @@ pub fn scan_layer<R: Read>(
     wanted: &Wanted,
     run: &Budget,
 ) -> Result<LayerScan, ScanError> {
-    let err = |source: io::Error| ScanError::Read {
+    let err = |error: io::Error| ScanError::Read {
         digest: desc.digest.clone(),
-        source,
+        error,
     };
     let mut counting = Counting {
         inner: raw,
