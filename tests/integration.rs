@@ -8,6 +8,8 @@ mod harness;
 mod apply;
 #[path = "it/durability.rs"]
 mod durability;
+#[path = "it/hostile.rs"]
+mod hostile;
 #[path = "it/overlay.rs"]
 mod overlay;
 #[path = "it/pipeline.rs"]
