@@ -73,6 +73,7 @@ pub struct Global {
 
 /// Time bounds on registry traffic (README, "Bounds"); each also reads an environment variable.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Registry bounds")]
 pub struct Bounds {
     /// Seconds without a byte from a registry (or its token service) before a request fails.
     #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_IDLE_TIMEOUT",
@@ -161,7 +162,8 @@ pub struct ImageArgs {
     /// Appended to each tag for the patched image (default: none, the patched image takes over).
     #[arg(long, value_name = "S", default_value = "", allow_hyphen_values = true)]
     pub tag_suffix: String,
-    /// Tags processed at once; also the most platform scans at once across the run.
+    /// Tags processed at once; also the most platform scans at once across the run, and a
+    /// quarter of the registry requests in flight.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub jobs: usize,
     /// Print the digest map as JSON on stdout instead of the summary table.

@@ -485,7 +485,8 @@ impl Registry {
                     )
                 }
                 Err(e) => {
-                    if e.is_timeout() {
+                    // The backstop deadline; a connect timeout is a connection error, retried.
+                    if e.is_timeout() && !e.is_connect() {
                         return Err(RegistryError::new(
                             op,
                             what,

@@ -37,6 +37,7 @@ import hashlib
 import http.client
 import http.server
 import json
+import signal
 import socketserver
 import sys
 import threading
@@ -353,7 +354,6 @@ def main(argv=None):
 
     done = threading.Event()
     _common.start_watchdog(cfg.lifetime, done.set, log)
-    import signal
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     _common.ready({"addr": "127.0.0.1:%d" % main_srv.server_address[1],
