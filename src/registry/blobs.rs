@@ -122,7 +122,9 @@ impl Registry {
             body: Option<Answer>,
             permit: Option<OwnedSemaphorePermit>,
             failures: u32,
-            started: Instant,
+            /// When the last byte arrived: the retry budget counts time without progress, so a
+            /// long download that breaks late still resumes.
+            progress: Instant,
             done: bool,
             hasher: sha2::Sha256,
         }
@@ -146,7 +148,7 @@ impl Registry {
             body: None,
             permit,
             failures: 0,
-            started: Instant::now(),
+            progress: Instant::now(),
             done: false,
             hasher: sha2::Digest::new(),
         };
@@ -197,6 +199,7 @@ impl Registry {
                             ));
                         }
                         st.offset += chunk.len() as u64;
+                        st.progress = Instant::now();
                         sha2::Digest::update(&mut st.hasher, &chunk);
                         return Some((Ok(chunk), st));
                     }
@@ -207,7 +210,7 @@ impl Registry {
                         let retry = st.reg.inner.retry;
                         let wait = retry.backoff(st.failures);
                         if st.failures >= retry.attempts
-                            || st.started.elapsed() + wait > retry.budget
+                            || st.progress.elapsed() + wait > retry.budget
                         {
                             let detail = format!(
                                 "broken after {} bytes, {} times ({cut})",
@@ -228,7 +231,7 @@ impl Registry {
                         let retry = st.reg.inner.retry;
                         if st.offset < size
                             && st.failures + 1 < retry.attempts
-                            && st.started.elapsed() < retry.budget
+                            && st.progress.elapsed() < retry.budget
                         {
                             // A clean close before the end: resume like a broken connection.
                             st.failures += 1;
@@ -523,7 +526,6 @@ impl Registry {
         let op = "copying blob";
         let retry = self.inner.retry;
         let deadline = limits().deadline(desc.size);
-        let started = Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -610,7 +612,8 @@ impl Registry {
             };
             self.upload_cancel(target, &loc).await;
             let wait = retry.backoff(attempt);
-            if attempt >= retry.attempts || started.elapsed() + wait > retry.budget {
+            // Each attempt is bounded by its deadline; attempts by the retry count.
+            if attempt >= retry.attempts {
                 return Err(RegistryError::new(op, &what, failure, None));
             }
             tracing::warn!(
