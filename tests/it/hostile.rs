@@ -152,6 +152,13 @@ fn run_bounded(cwd: &Path, args: &[&str], env: &[(&str, String)], limit: Duratio
         .ok()
         .and_then(|s| s.lines().last().and_then(|l| l.trim().parse().ok()))
         .expect("max RSS from /usr/bin/time");
+    eprintln!(
+        "runner-patch {}: exit {:?} in {:.1} s, max RSS {} KiB",
+        args.first().unwrap_or(&""),
+        status.code(),
+        took.as_secs_f64(),
+        rss_kib
+    );
     Bounded {
         run: Run {
             code: status.code().unwrap_or(-1),
