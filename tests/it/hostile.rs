@@ -452,22 +452,11 @@ fn an_index_with_thousands_of_children_keeps_connections_bounded() {
     let jobs: u64 = 2;
     let mut args = plan_args(&repo);
     args.extend_from_slice(&["--jobs", "2"]);
-    let b = run_bounded(s.work.path(), &args, &[], SLACK * 12);
+    // Its time is bounded loosely: 1,500 platforms through a Python proxy, --jobs 2 at a time.
+    let b = run_bounded(s.work.path(), &args, &[], SLACK * 30);
     assert!(b.rss_kib < RSS_LIMIT_KIB, "max RSS {} KiB", b.rss_kib);
     assert_ne!(b.run.code, 2, "{}", b.run.stderr);
-    let stats: Value = {
-        let addr = s.hostile.addr();
-        let mut c = std::net::TcpStream::connect(&addr).expect("connect");
-        std::io::Write::write_all(
-            &mut c,
-            format!("GET /_hostile/stats HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes(),
-        )
-        .expect("write");
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut c, &mut text).expect("read");
-        let body = text.split("\r\n\r\n").nth(1).expect("body");
-        serde_json::from_str(body).expect("stats json")
-    };
+    let stats = stats(&s.hostile.addr());
     let children = s
         .requests()
         .iter()
@@ -489,6 +478,57 @@ fn an_index_with_thousands_of_children_keeps_connections_bounded() {
         .as_array()
         .map_or(0, Vec::len);
     assert_eq!(platforms, 1500, "{}", b.run.stderr);
+}
+
+/// The hostile registry's connection counts.
+fn stats(addr: &str) -> Value {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    std::io::Write::write_all(
+        &mut c,
+        format!("GET /_hostile/stats HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    )
+    .expect("write");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut c, &mut text).expect("read");
+    serde_json::from_str(text.split("\r\n\r\n").nth(1).expect("body")).expect("stats json")
+}
+
+#[test]
+fn the_client_keeps_its_requests_in_flight_within_its_limit() {
+    // The client's own bound, without the platform-scan bound of `plan` in front of it: 200
+    // concurrent manifest fetches through a client limited to 3, each answer held 0.05 s.
+    let s = setup("children", &["--delay", "0.05"]);
+    let index: Value = serde_json::from_slice(&skopeo_raw(&format!("{}:{TAG}", s.reg.repo())))
+        .expect("index json");
+    let child = index["manifests"][0]["digest"]
+        .as_str()
+        .expect("child digest")
+        .to_owned();
+    let repo = runner_patch::registry::Repo::parse(&s.repo()).expect("repo");
+    let reg = runner_patch::registry::Registry::with_concurrency(&[&repo], 3);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fetched = rt.block_on(async {
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let (reg, r) = (reg.clone(), repo.at_digest(&child));
+                tokio::spawn(async move { reg.manifest_get(&r).await.map(|d| d.digest) })
+            })
+            .collect();
+        let mut ok = 0;
+        for t in tasks {
+            assert_eq!(t.await.expect("task").expect("manifest"), child);
+            ok += 1;
+        }
+        ok
+    });
+    assert_eq!(fetched, 200);
+    let st = stats(&s.hostile.addr());
+    let max = st["max_connections"].as_u64().expect("max_connections");
+    // 3 in flight; a connection still being handed back to the pool may briefly add one.
+    assert!(
+        (2..=4).contains(&max),
+        "{max} connections at once for a limit of 3: {st}"
+    );
 }
 
 #[test]
