@@ -64,9 +64,10 @@ pub struct Global {
     /// Use patch specs from this folder (<dir>/<id>/patch.toml) instead of the built-in ones.
     #[arg(long, global = true, value_name = "DIR")]
     pub patches_dir: Option<PathBuf>,
-    /// Which patch to use when more than one is known.
-    #[arg(long, global = true, value_name = "ID")]
-    pub patch: Option<String>,
+    /// A patch: an id (built in or in --patches-dir), or a path to a patch folder holding
+    /// `patch.toml` (any value with a `/`, such as `./my-fix`). Repeatable for `patch-dir`.
+    #[arg(long, global = true, value_name = "ID|PATH")]
+    pub patch: Vec<String>,
     #[command(flatten)]
     pub bounds: Bounds,
 }
@@ -118,6 +119,12 @@ pub enum Command {
         after_help = "Examples:\n  runner-patch patch-file multi_connector.py --output patched.py\n  runner-patch patch-file multi_connector.py --json"
     )]
     PatchFile(PatchFileArgs),
+    /// Apply patches (any kind but env) to an unpacked tree in place, in the order given.
+    #[command(
+        name = "patch-dir",
+        after_help = "The package root a diff is relative to is found in the tree (the directory that holds\n<package>/). Patches apply in the order given, each to the tree the previous one left; the\nfirst refused patch stops the run (exit 1) with nothing of its own written.\n\nExamples:\n  runner-patch patch-dir rootfs/ --patch ./my-fix\n  runner-patch patch-dir site-packages/ --patch ./my-fix --patch multiconnector-observe --json\n  runner-patch patch-dir rootfs/ --patch ./my-fix --dry-run"
+    )]
+    PatchDir(PatchDirArgs),
     /// List the known patches.
     #[command(after_help = "Examples:\n  runner-patch patches\n  runner-patch patches --json")]
     Patches(PatchesArgs),
@@ -245,6 +252,18 @@ pub struct PatchFileArgs {
     /// Where to write the patched file (only when the outcome is `patched`).
     #[arg(long, short, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PatchDirArgs {
+    /// The tree to patch (a rootfs, or a folder holding the package).
+    pub root: PathBuf,
+    /// Decide and report, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

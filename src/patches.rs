@@ -1,49 +1,130 @@
-//! The patch catalogue: the specs built in from `patches/`, or read from a folder at run time.
+//! The patch catalogue: the specs built in from `patches/`, the folders of `--patches-dir`,
+//! and patch folders named by path with `--patch ./my-fix`.
 
 use std::path::Path;
 
-use crate::patch::PatchSpec;
+use crate::patch::{self, Patch, PatchSpec};
 
 include!(concat!(env!("OUT_DIR"), "/builtin_patches.rs"));
 
-/// Loads the specs compiled into the binary.
-pub fn builtin() -> Result<Vec<PatchSpec>, String> {
-    let specs = BUILTIN
+/// Loads every patch compiled into the binary, of any kind.
+pub fn builtin_all() -> Result<Vec<Patch>, String> {
+    BUILTIN
         .iter()
         .map(|(folder, text)| {
-            let spec = PatchSpec::parse(text, &format!("patches/{folder}/patch.toml"))?;
-            if spec.id != *folder {
+            let p = patch::load(text, &format!("patches/{folder}/patch.toml"), None)?;
+            if p.meta().id != *folder {
                 return Err(format!(
                     "patches/{folder}/patch.toml: id {:?} differs from its folder",
-                    spec.id
+                    p.meta().id
                 ));
             }
-            Ok(spec)
+            Ok(p)
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(specs)
+        .collect()
 }
 
-/// Loads every `<dir>/<id>/patch.toml`, for patches not built in.
-pub fn from_dir(dir: &Path) -> Result<Vec<PatchSpec>, String> {
-    let mut specs = Vec::new();
+/// Loads the `shapes` specs compiled into the binary.
+pub fn builtin() -> Result<Vec<PatchSpec>, String> {
+    Ok(builtin_all()?.into_iter().filter_map(shapes_spec).collect())
+}
+
+fn shapes_spec(p: Patch) -> Option<PatchSpec> {
+    match p {
+        Patch::Shapes(s) => Some(s.spec),
+        _ => None,
+    }
+}
+
+/// Loads every `<dir>/<id>/patch.toml`, of any kind, for patches not built in.
+pub fn from_dir_all(dir: &Path) -> Result<Vec<Patch>, String> {
     let rd = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot read patches folder {}: {e}", dir.display()))?;
-    let mut paths: Vec<_> = rd
+    let mut folders: Vec<_> = rd
         .filter_map(Result::ok)
-        .map(|e| e.path().join("patch.toml"))
-        .filter(|p| p.is_file())
+        .map(|e| e.path())
+        .filter(|p| p.join("patch.toml").is_file())
         .collect();
-    paths.sort();
-    for p in paths {
-        let text =
-            std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        specs.push(PatchSpec::parse(&text, &p.display().to_string())?);
-    }
-    if specs.is_empty() {
+    folders.sort();
+    let patches = folders
+        .iter()
+        .map(|f| patch::load_folder(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    if patches.is_empty() {
         return Err(format!("no <id>/patch.toml under {}", dir.display()));
     }
-    Ok(specs)
+    Ok(patches)
+}
+
+/// Loads every `<dir>/<id>/patch.toml` of kind `shapes`.
+pub fn from_dir(dir: &Path) -> Result<Vec<PatchSpec>, String> {
+    Ok(from_dir_all(dir)?
+        .into_iter()
+        .filter_map(shapes_spec)
+        .collect())
+}
+
+/// Whether a `--patch` value names a folder rather than an id: it holds a path separator
+/// (`./my-fix`, `/abs/fix`, `fixes/one`), as pip tells `./pkg` from `pkg`.
+pub fn is_path(value: &str) -> bool {
+    value.contains('/') || value.contains(std::path::MAIN_SEPARATOR)
+}
+
+/// The catalogue ids are looked up in: `--patches-dir` when given, else the built-in one.
+pub fn catalogue(dir: Option<&Path>) -> Result<Vec<Patch>, String> {
+    match dir {
+        Some(d) => from_dir_all(d),
+        None => builtin_all(),
+    }
+}
+
+/// Resolves every `--patch` value, in order (every one is loaded and validated, so a bad one
+/// stops the run before anything else happens). No value: the catalogue's only patch.
+pub fn resolve(values: &[String], dir: Option<&Path>) -> Result<Vec<Patch>, String> {
+    let needs_catalogue = values.is_empty() || values.iter().any(|v| !is_path(v));
+    let catalogue = if needs_catalogue {
+        catalogue(dir)?
+    } else {
+        Vec::new()
+    };
+    if values.is_empty() {
+        return match catalogue.len() {
+            1 => Ok(catalogue),
+            n => Err(format!(
+                "{n} patches are known; choose one with --patch ({})",
+                ids(&catalogue)
+            )),
+        };
+    }
+    let mut out: Vec<Patch> = Vec::new();
+    for v in values {
+        let p = if is_path(v) {
+            patch::load_folder(Path::new(v))?
+        } else {
+            catalogue
+                .iter()
+                .find(|p| p.meta().id == *v)
+                .cloned()
+                .ok_or_else(|| format!("no patch with id {v:?} (known: {})", ids(&catalogue)))?
+        };
+        if let Some(first) = out.iter().find(|o| o.meta().id == p.meta().id) {
+            return Err(format!(
+                "--patch {v}: id {:?} is also the id of {}; ids must be unique",
+                p.meta().id,
+                first.meta().origin
+            ));
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+fn ids(patches: &[Patch]) -> String {
+    patches
+        .iter()
+        .map(|p| p.meta().id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Picks one patch by id, or the only one when no id is given.

@@ -7,6 +7,7 @@ use crate::cli::{Cli, Command, Global};
 use crate::patch::PatchSpec;
 
 pub mod apply;
+pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
 pub mod rollback;
@@ -61,13 +62,27 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Loads the chosen patch from the built-in catalogue or `--patches-dir`.
+/// Loads the chosen patch (an id from the built-in catalogue or `--patches-dir`, or a folder).
+/// The registry commands take one `shapes` patch so far; other kinds and stacks are refused
+/// here, before any registry is touched.
 pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
-    let specs = match &g.patches_dir {
-        Some(dir) => crate::patches::from_dir(dir)?,
-        None => crate::patches::builtin()?,
-    };
-    crate::patches::select(specs, g.patch.as_deref())
+    let mut patches = crate::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
+    if patches.len() > 1 {
+        return Err(format!(
+            "{} patches named: this command applies one patch per run so far (patch-dir stacks several)",
+            patches.len()
+        ));
+    }
+    match patches.pop() {
+        Some(crate::patch::Patch::Shapes(s)) => Ok(s.spec),
+        Some(other) => Err(format!(
+            "patch {} ({}) is of kind {}: this command takes shapes patches so far; try it on an unpacked tree with patch-dir",
+            other.meta().id,
+            other.meta().origin,
+            other.meta().kind.as_str()
+        )),
+        None => Err("no patch".to_owned()),
+    }
 }
 
 /// Runs a parsed command line and returns the process exit code.
@@ -106,6 +121,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 .map(|()| Status::Success)
         }
         Command::PatchFile(a) => patch_file::run(&cli.global, a),
+        Command::PatchDir(a) => patch_dir::run(&cli.global, a),
         Command::Patches(a) => patches::run(&cli.global, a),
     };
     match status {

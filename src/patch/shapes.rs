@@ -1,6 +1,7 @@
-//! Patches as data: the spec format read from `patches/<id>/patch.toml`, and the pure function
-//! that decides, from a file's bytes alone, whether it is patched, already patched, not affected,
-//! or refused. No I/O here, so every shape decision is table-testable.
+//! The `shapes` kind: block find/replace with `${args}` alternatives (the built-in fix). The spec
+//! format read from `patches/<id>/patch.toml`, the pure function that decides, from a file's
+//! bytes alone, whether it is patched, already patched, not affected, or refused, and its
+//! implementation of the patch interface. No I/O here, so every shape decision is table-testable.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,7 +15,16 @@ use crate::version::VersionRange;
 #[serde(deny_unknown_fields)]
 pub struct PatchSpec {
     pub id: String,
+    /// `"shapes"` when given (the default kind).
+    #[serde(default)]
+    pub kind: Option<String>,
     pub title: String,
+    /// Services named in the tag this patch is for; empty: all.
+    #[serde(default)]
+    pub services: Vec<String>,
+    /// Backends this patch is for; empty: all.
+    #[serde(default)]
+    pub backends: Vec<String>,
     /// Path suffix, matched on whole components, of the file the container imports.
     pub target: String,
     /// Distribution whose version is reported (dist-info `METADATA` or `_version.py`).
@@ -120,7 +130,7 @@ impl PatchSpec {
     /// Parses and validates a spec, so that a broken patch folder fails at load, not mid-run.
     pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
         let mut spec: PatchSpec =
-            toml::from_str(text).map_err(|e| format!("patch spec {origin} is invalid: {e}"))?;
+            toml::from_str(text).map_err(|e| super::toml_error(origin, text, &e))?;
         spec.definition_digest = crate::digest::sha256(text.as_bytes());
         if spec.shapes.is_empty() {
             return Err(format!("patch spec {origin} has no [[shape]]"));
@@ -425,6 +435,146 @@ impl<'a> Template<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// The `shapes` kind behind the patch interface: the spec plus its shared fields.
+#[derive(Debug, Clone)]
+pub struct ShapesPatch {
+    pub meta: super::Meta,
+    pub spec: PatchSpec,
+}
+
+impl ShapesPatch {
+    pub fn load(text: &str, origin: &str) -> Result<Self, String> {
+        let spec = PatchSpec::parse(text, origin)?;
+        if spec.kind.as_deref().is_some_and(|k| k != "shapes") {
+            return Err(format!("{origin}: kind must be \"shapes\" here"));
+        }
+        let id: toml::Spanned<String> = toml::from_str::<IdOnly>(text)
+            .map_err(|e| super::toml_error(origin, text, &e))?
+            .id;
+        super::check_common(
+            origin,
+            text,
+            &id,
+            &spec.services,
+            &spec.backends,
+            &spec.mtime,
+        )?;
+        Ok(ShapesPatch {
+            meta: super::Meta {
+                id: spec.id.clone(),
+                kind: super::Kind::Shapes,
+                title: spec.title.clone(),
+                services: spec.services.clone(),
+                backends: spec.backends.clone(),
+                package: Some(spec.package.clone()),
+                affected: Some(spec.affected.clone()),
+                mtime: spec.mtime.clone(),
+                origin: origin.to_owned(),
+            },
+            spec,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: toml::Spanned<String>,
+}
+
+impl super::PatchKind for ShapesPatch {
+    fn meta(&self) -> &super::Meta {
+        &self.meta
+    }
+
+    fn wanted(&self) -> Vec<String> {
+        let mut w = vec![self.spec.target.clone()];
+        w.extend(self.spec.guards.iter().map(|g| g.target.clone()));
+        w
+    }
+
+    /// The same decision the registry path makes: exactly one visible target, no links, the
+    /// shape engine on its bytes, then the guards; the write keeps the original header.
+    fn decide(&self, image: &dyn super::ImageView) -> super::Verdict {
+        use super::{Change, Verdict};
+        let spec = &self.spec;
+        let refused = |reason: String| Verdict::Refused { reason };
+        let paths = image.find(&spec.target);
+        let path = match paths.as_slice() {
+            [] => return refused(format!("no visible **/{}", spec.target)),
+            [one] => one.clone(),
+            many => {
+                return refused(format!(
+                    "{} copies of the target (/{}); refusing to guess which one runs",
+                    many.len(),
+                    many.join(", /")
+                ))
+            }
+        };
+        let entry = match image.file(&path) {
+            Ok(Some(e)) => e,
+            Ok(None) => return refused(format!("/{path} disappeared while reading")),
+            Err(e) => return refused(e),
+        };
+        let file = format!("/{path}");
+        match &entry.kind {
+            crate::scan::EntryKind::Regular => {}
+            crate::scan::EntryKind::Symlink(to) => {
+                return refused(format!(
+                    "{file} is a symbolic link to {to:?}; links are refused, not followed"
+                ))
+            }
+            crate::scan::EntryKind::Hardlink(to) => {
+                return refused(format!(
+                    "{file} is a hard link to {to:?}; links are refused, not followed"
+                ))
+            }
+            crate::scan::EntryKind::Other(k) => {
+                return refused(format!("{file} is a {k} entry, not a regular file"))
+            }
+        }
+        match spec.decide(&entry.content) {
+            Decision::AlreadyPatched => Verdict::AlreadyPatched {
+                reason: format!("{file} already carries patch {}", spec.id),
+            },
+            Decision::NotAffected { reason } => Verdict::NotAffected {
+                reason: format!("{file}: {reason}"),
+            },
+            Decision::Refused { reason } => refused(format!("{file}: {reason}")),
+            Decision::Patched { shape, bytes } => {
+                for guard in &spec.guards {
+                    for gpath in image.find(&guard.target) {
+                        if let Ok(Some(g)) = image.file(&gpath) {
+                            if let Some(why) = spec.check_guard(guard, &g.content) {
+                                return refused(format!("/{gpath}: {why}"));
+                            }
+                        }
+                    }
+                }
+                let mtime = match crate::layer::parse_rfc3339(&spec.mtime) {
+                    Ok(t) => crate::layer::new_mtime(t, &entry),
+                    Err(e) => return refused(format!("mtime: {e}")),
+                };
+                let mut changes = vec![Change::Write(crate::scan::FileEntry {
+                    content: std::sync::Arc::new(bytes),
+                    mtime,
+                    ..entry
+                })];
+                changes.extend(
+                    image
+                        .stale_bytecode(&path)
+                        .into_iter()
+                        .map(Change::Whiteout),
+                );
+                Verdict::Patched {
+                    changes,
+                    config: None,
+                    notes: vec![format!("{file}: shape {shape} patched")],
+                }
+            }
+        }
     }
 }
 

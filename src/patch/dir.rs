@@ -1,0 +1,174 @@
+//! An unpacked tree (a rootfs from `umoci unpack`, or any folder holding a package) as an
+//! [`ImageView`], and the writing of a verdict's changes into it: what `patch-dir` uses to
+//! check a patch on real files without a registry, and to compare with GNU `patch -p1`.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{Change, ImageView};
+use crate::scan::{EntryKind, FileEntry};
+
+/// Every path under a root, read once.
+pub struct DirView {
+    root: PathBuf,
+    /// Relative path -> is a directory.
+    paths: BTreeMap<String, bool>,
+}
+
+impl DirView {
+    pub fn open(root: &Path) -> Result<Self, String> {
+        let meta =
+            std::fs::metadata(root).map_err(|e| format!("cannot read {}: {e}", root.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", root.display()));
+        }
+        let mut paths = BTreeMap::new();
+        let mut stack = vec![(root.to_path_buf(), String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            let rd = std::fs::read_dir(&dir)
+                .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            for entry in rd {
+                let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let r = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if is_dir {
+                    stack.push((entry.path(), r.clone()));
+                }
+                paths.insert(r, is_dir);
+            }
+        }
+        Ok(DirView {
+            root: root.to_path_buf(),
+            paths,
+        })
+    }
+
+    fn abs(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+}
+
+impl ImageView for DirView {
+    fn find(&self, suffix: &str) -> Vec<String> {
+        self.paths
+            .iter()
+            .filter(|(p, is_dir)| !**is_dir && crate::scan::has_suffix(p, suffix))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    fn file(&self, path: &str) -> Result<Option<FileEntry>, String> {
+        let abs = self.abs(path);
+        let meta = match std::fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", abs.display())),
+        };
+        let ft = meta.file_type();
+        let (kind, content) = if ft.is_file() {
+            let c =
+                std::fs::read(&abs).map_err(|e| format!("cannot read {}: {e}", abs.display()))?;
+            (EntryKind::Regular, c)
+        } else if ft.is_symlink() {
+            let to = std::fs::read_link(&abs)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            (EntryKind::Symlink(to), Vec::new())
+        } else if ft.is_dir() {
+            (EntryKind::Other("directory".into()), Vec::new())
+        } else {
+            (EntryKind::Other("special".into()), Vec::new())
+        };
+        Ok(Some(FileEntry {
+            path: path.to_owned(),
+            kind,
+            mode: meta.permissions().mode() & 0o7777,
+            uid: u64::from(meta.uid()),
+            gid: u64::from(meta.gid()),
+            uname: None,
+            gname: None,
+            mtime: u64::try_from(meta.mtime()).unwrap_or(0),
+            content: std::sync::Arc::new(content),
+        }))
+    }
+
+    fn stale_bytecode(&self, path: &str) -> Vec<String> {
+        let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+        let Some(stem) = file.strip_suffix(".py") else {
+            return Vec::new();
+        };
+        let prefix = if dir.is_empty() {
+            format!("__pycache__/{stem}.")
+        } else {
+            format!("{dir}/__pycache__/{stem}.")
+        };
+        self.paths
+            .keys()
+            .filter(|p| p.starts_with(&prefix) && p.ends_with(".pyc"))
+            .cloned()
+            .collect()
+    }
+
+    fn package_version(&self, root: &str, package: &str) -> Option<String> {
+        let under = |p: &str| {
+            if root.is_empty() {
+                p.to_owned()
+            } else {
+                format!("{root}/{p}")
+            }
+        };
+        let dist = package.replace('-', "_");
+        let meta = self.paths.keys().find(|p| {
+            p.strip_prefix(&under(""))
+                .and_then(|rest| rest.strip_suffix(".dist-info/METADATA"))
+                .is_some_and(|d| !d.contains('/') && d.starts_with(&format!("{dist}-")))
+        });
+        let version_py = under(&format!("{package}/_version.py"));
+        [meta.cloned(), Some(version_py)]
+            .into_iter()
+            .flatten()
+            .find_map(|p| {
+                let c = std::fs::read(self.abs(&p)).ok()?;
+                crate::scan::version_from_file(&p, &c)
+            })
+    }
+
+    fn config(&self) -> Option<&serde_json::Value> {
+        None
+    }
+}
+
+/// Writes changes into the tree at `root`: file contents (a replaced file keeps its mode, a
+/// created one gets the entry's mode, parents created), whiteouts as removals.
+pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), String> {
+    for c in changes {
+        let abs = root.join(c.path());
+        match c {
+            Change::Write(e) => {
+                if let Some(parent) = abs.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|err| format!("cannot create {}: {err}", parent.display()))?;
+                }
+                let existed = abs.exists();
+                std::fs::write(&abs, e.content.as_slice())
+                    .map_err(|err| format!("cannot write {}: {err}", abs.display()))?;
+                if !existed {
+                    std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(e.mode))
+                        .map_err(|err| format!("cannot chmod {}: {err}", abs.display()))?;
+                }
+            }
+            Change::Whiteout(_) => match std::fs::remove_file(&abs) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(format!("cannot remove {}: {err}", abs.display())),
+            },
+        }
+    }
+    Ok(())
+}
