@@ -157,3 +157,102 @@ pub fn select(specs: Vec<PatchSpec>, id: Option<&str>) -> Result<PatchSpec, Stri
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(dir: &Path, name: &str, toml: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let f = dir.join(name);
+        std::fs::create_dir_all(&f).expect("mkdir");
+        std::fs::write(f.join("patch.toml"), toml).expect("write");
+        for (n, c) in files {
+            std::fs::write(f.join(n), c).expect("write");
+        }
+        f
+    }
+
+    const DIFF: &str = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n";
+
+    #[test]
+    fn no_value_is_the_builtin_patch_and_ids_resolve() {
+        let p = resolve(&[], None).expect("default");
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].meta().id, "multiconnector-observe");
+        assert_eq!(p[0].meta().kind, crate::patch::Kind::Shapes);
+        let e = resolve(&["nope".into()], None).expect_err("unknown id");
+        assert!(e.contains("no patch with id \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn a_value_with_a_separator_is_a_folder() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let f = folder(
+            tmp.path(),
+            "my-fix",
+            "id = \"my-fix\"\nkind = \"diff\"\ntitle = \"t\"\npackage = \"vllm\"\ndiff = \"fix.patch\"\n",
+            &[("fix.patch", DIFF)],
+        );
+        assert!(is_path("./my-fix") && is_path("/abs/fix") && !is_path("my-fix"));
+        let value = f.display().to_string();
+        let p = resolve(&[value.clone(), "multiconnector-observe".into()], None).expect("two");
+        assert_eq!(p[0].meta().id, "my-fix");
+        assert_eq!(p[1].meta().id, "multiconnector-observe");
+        let e = resolve(&[value.clone(), value], None).expect_err("twice");
+        assert!(e.contains("ids must be unique"), "{e}");
+    }
+
+    #[test]
+    fn bad_folders_name_file_and_line() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let head = "id = \"f\"\nkind = \"diff\"\ntitle = \"t\"\npackage = \"vllm\"\n";
+        type Case<'a> = (String, Vec<(&'a str, &'a str)>, String);
+        let cases: Vec<Case> = vec![
+            (
+                format!("{head}diff = \"missing.patch\"\n"),
+                vec![],
+                "patch.toml:5: cannot read diff".into(),
+            ),
+            (
+                format!("{head}diff = \"fix.patch\"\n"),
+                vec![(
+                    "fix.patch",
+                    "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,2 +1 @@\n-a\n",
+                )],
+                "fix.patch:3: hunk ends early".into(),
+            ),
+            (
+                format!("{head}diff = \"fix.patch\"\n"),
+                vec![(
+                    "fix.patch",
+                    "--- a/other/x.py\n+++ b/other/x.py\n@@ -1 +1 @@\n-a\n+b\n",
+                )],
+                "fix.patch:1: other/x.py is not under vllm/".into(),
+            ),
+            (
+                format!("{head}diff = \"fix.patch\"\naffected = \">=x\"\n"),
+                vec![("fix.patch", DIFF)],
+                "patch.toml:6:".into(),
+            ),
+            (
+                format!("{head}diff = \"fix.patch\"\nbackends = [\"tpu\"]\n"),
+                vec![("fix.patch", DIFF)],
+                "unknown backend \"tpu\"".into(),
+            ),
+            (
+                "id = \"Bad Id\"\nkind = \"env\"\ntitle = \"t\"\n[env]\nunset = [\"A\"]\n".into(),
+                vec![],
+                "patch.toml:1: id \"Bad Id\"".into(),
+            ),
+        ];
+        for (i, (toml, files, want)) in cases.into_iter().enumerate() {
+            let f = folder(tmp.path(), &format!("case{i}"), &toml, &files);
+            let e = crate::patch::load_folder(&f).expect_err(&toml);
+            assert!(e.contains(&want), "case {i}: {e}");
+            assert!(
+                e.contains(&f.display().to_string()),
+                "case {i} names its folder: {e}"
+            );
+        }
+    }
+}

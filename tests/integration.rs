@@ -12,6 +12,8 @@ mod durability;
 mod hostile;
 #[path = "it/overlay.rs"]
 mod overlay;
+#[path = "it/patch_kinds.rs"]
+mod patch_kinds;
 #[path = "it/pipeline.rs"]
 mod pipeline;
 #[path = "it/provenance.rs"]
