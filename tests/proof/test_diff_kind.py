@@ -177,6 +177,12 @@ def test_observe_as_diff_equals_shapes_and_survives(release_cache, patch_bin, tm
     assert again.report["outcome"] == "already-patched", again.describe()
     rc, report, _ = patch_dir(root, OBSERVE[arg])
     assert (rc, report["patches"][0]["outcome"]) == (0, "already-patched"), report
+    # the shapes engine behind the same interface (patch-dir, no --patch: the built-in patch)
+    fresh = make_rootfs(tmp_path / "fresh", version)
+    rc, report, err = patch_dir(fresh)
+    assert (rc, report["patches"][0]["outcome"]) == (0, "patched"), (report, err)
+    assert report["patches"][0]["kind"] == "shapes"
+    assert (fresh / SITE / CONNECTORS / "multi_connector.py").read_bytes() == shapes.output
     # the behavioural proof of test_behaviour.py
     prom, recorded = build(load(target))
     data = payload(arg)
