@@ -76,10 +76,14 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
     match patches.pop() {
         Some(crate::patch::Patch::Shapes(s)) => Ok(s.spec),
         Some(other) => Err(format!(
-            "patch {} ({}) is of kind {}: this command takes shapes patches so far; try it on an unpacked tree with patch-dir",
+            "patch {} ({}) is of kind {}: this command takes shapes patches so far{}",
             other.meta().id,
             other.meta().origin,
-            other.meta().kind.as_str()
+            other.meta().kind.as_str(),
+            match other.meta().kind {
+                crate::patch::Kind::Diff => "; try it on an unpacked tree with patch-dir",
+                _ => "",
+            }
         )),
         None => Err("no patch".to_owned()),
     }
