@@ -340,50 +340,8 @@ impl PatchKind for DiffPatch {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
+    use super::super::testview::Mem;
     use super::*;
-
-    /// A tree in memory: path -> content.
-    struct Mem(BTreeMap<String, Vec<u8>>, Option<String>);
-
-    impl ImageView for Mem {
-        fn find(&self, suffix: &str) -> Vec<String> {
-            self.0
-                .keys()
-                .filter(|p| crate::scan::has_suffix(p, suffix))
-                .cloned()
-                .collect()
-        }
-        fn file(&self, path: &str) -> Result<Option<FileEntry>, String> {
-            Ok(self.0.get(path).map(|c| FileEntry {
-                path: path.to_owned(),
-                kind: EntryKind::Regular,
-                mode: 0o640,
-                uid: 7,
-                gid: 8,
-                uname: None,
-                gname: None,
-                mtime: 5,
-                content: std::sync::Arc::new(c.clone()),
-            }))
-        }
-        fn stale_bytecode(&self, path: &str) -> Vec<String> {
-            let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
-            let stem = file.trim_end_matches(".py");
-            self.0
-                .keys()
-                .filter(|p| p.starts_with(&format!("{dir}/__pycache__/{stem}.")))
-                .cloned()
-                .collect()
-        }
-        fn package_version(&self, _root: &str, _package: &str) -> Option<String> {
-            self.1.clone()
-        }
-        fn config(&self) -> Option<&serde_json::Value> {
-            None
-        }
-    }
 
     const DIFF: &str = "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n--- /dev/null\n+++ b/pkg/new.py\n@@ -0,0 +1 @@\n+x = 1\n--- a/pkg/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone\n";
     const ROOT: &str = "usr/lib/python3/dist-packages";

@@ -291,6 +291,56 @@ pub(crate) fn check_common(
 /// gives the same layer.
 pub const DEFAULT_MTIME: &str = "2000-01-01T00:00:00Z";
 
+/// An image view held in memory, for the kinds' unit tests.
+#[cfg(test)]
+pub(crate) mod testview {
+    use std::collections::BTreeMap;
+
+    use super::ImageView;
+    use crate::scan::{EntryKind, FileEntry};
+
+    /// A tree in memory: path -> content.
+    pub struct Mem(pub BTreeMap<String, Vec<u8>>, pub Option<String>);
+
+    impl ImageView for Mem {
+        fn find(&self, suffix: &str) -> Vec<String> {
+            self.0
+                .keys()
+                .filter(|p| crate::scan::has_suffix(p, suffix))
+                .cloned()
+                .collect()
+        }
+        fn file(&self, path: &str) -> Result<Option<FileEntry>, String> {
+            Ok(self.0.get(path).map(|c| FileEntry {
+                path: path.to_owned(),
+                kind: EntryKind::Regular,
+                mode: 0o640,
+                uid: 7,
+                gid: 8,
+                uname: None,
+                gname: None,
+                mtime: 5,
+                content: std::sync::Arc::new(c.clone()),
+            }))
+        }
+        fn stale_bytecode(&self, path: &str) -> Vec<String> {
+            let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+            let stem = file.trim_end_matches(".py");
+            self.0
+                .keys()
+                .filter(|p| p.starts_with(&format!("{dir}/__pycache__/{stem}.")))
+                .cloned()
+                .collect()
+        }
+        fn package_version(&self, _root: &str, _package: &str) -> Option<String> {
+            self.1.clone()
+        }
+        fn config(&self) -> Option<&serde_json::Value> {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

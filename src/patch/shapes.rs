@@ -690,4 +690,70 @@ mod tests {
         let later = format!("{plain}\n\ndef observe():\n    pass\n");
         assert_eq!(s.check_guard(g, later.as_bytes()), None);
     }
+
+    fn interface() -> ShapesPatch {
+        let text = crate::patches::BUILTIN
+            .iter()
+            .find(|(f, _)| *f == "multiconnector-observe")
+            .map(|(_, t)| *t)
+            .expect("built in");
+        ShapesPatch::load(text, "patches/multiconnector-observe/patch.toml").expect("loads")
+    }
+
+    #[test]
+    fn interface_decides_as_the_engine_and_hides_bytecode() {
+        use crate::patch::testview::Mem;
+        use crate::patch::{Change, PatchKind, Verdict};
+        let dir = "usr/lib/python3/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1";
+        let img = Mem(
+            [
+                (
+                    format!("{dir}/multi_connector.py"),
+                    DATA.as_bytes().to_vec(),
+                ),
+                (
+                    format!("{dir}/__pycache__/multi_connector.cpython-312.pyc"),
+                    vec![0],
+                ),
+                (format!("{dir}/__pycache__/base.cpython-312.pyc"), vec![0]),
+            ]
+            .into_iter()
+            .collect(),
+            None,
+        );
+        let Verdict::Patched { changes, .. } = interface().decide(&img) else {
+            panic!("expected patched")
+        };
+        let Decision::Patched { bytes, .. } = spec().decide(DATA.as_bytes()) else {
+            panic!("engine patches")
+        };
+        assert!(matches!(&changes[0], Change::Write(e) if *e.content == bytes && e.mode == 0o640));
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert!(
+            matches!(&changes[1], Change::Whiteout(p) if p.ends_with("__pycache__/multi_connector.cpython-312.pyc"))
+        );
+
+        let mut two = Mem(img.0.clone(), None);
+        two.0.insert(
+            "vllm-workspace/vllm/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py"
+                .into(),
+            DATA.as_bytes().to_vec(),
+        );
+        assert!(
+            matches!(interface().decide(&two), Verdict::Refused { reason } if reason.contains("2 copies"))
+        );
+        let mut guarded = Mem(img.0.clone(), None);
+        guarded.0.insert(
+            "x/vllm_ascend/distributed/kv_transfer/ascend_multi_connector.py".into(),
+            b"class AscendMultiConnector(MultiConnector):\n    def observe(self, d, engine_idx=0):\n        pass\n".to_vec(),
+        );
+        assert!(
+            matches!(interface().decide(&guarded), Verdict::Refused { reason } if reason.contains("Ascend"))
+        );
+        let empty = Mem(Default::default(), None);
+        assert!(matches!(
+            interface().decide(&empty),
+            Verdict::Refused { .. }
+        ));
+    }
 }
