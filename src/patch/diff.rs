@@ -41,6 +41,8 @@ pub struct DiffPatch {
 }
 
 impl DiffPatch {
+    /// Loads the patch.toml and parses its diff now, so a bad diff stops the run before any
+    /// registry is touched, naming the diff file and line.
     pub fn load(text: &str, origin: &str, folder: Option<&Path>) -> Result<Self, String> {
         let t: DiffToml = toml::from_str(text).map_err(|e| super::toml_error(origin, text, &e))?;
         let mtime = t.mtime.unwrap_or_else(|| super::DEFAULT_MTIME.to_owned());

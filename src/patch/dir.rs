@@ -17,6 +17,7 @@ pub struct DirView {
 }
 
 impl DirView {
+    /// Lists the tree once; links are listed, never followed.
     pub fn open(root: &Path) -> Result<Self, String> {
         let meta =
             std::fs::metadata(root).map_err(|e| format!("cannot read {}: {e}", root.display()))?;

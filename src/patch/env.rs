@@ -44,6 +44,7 @@ pub struct EnvPatch {
 }
 
 impl EnvPatch {
+    /// Loads and checks an `env` patch.toml; a bad `[env]` names its line.
     pub fn load(text: &str, origin: &str) -> Result<Self, String> {
         let t: EnvToml = toml::from_str(text).map_err(|e| super::toml_error(origin, text, &e))?;
         let mtime = t.mtime.unwrap_or_else(|| super::DEFAULT_MTIME.to_owned());

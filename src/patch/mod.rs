@@ -61,6 +61,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The name `patch.toml` uses.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Shapes => "shapes",
@@ -97,6 +98,7 @@ pub enum Change {
 }
 
 impl Change {
+    /// The path written or hidden.
     pub fn path(&self) -> &str {
         match self {
             Change::Write(e) => &e.path,
@@ -128,6 +130,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The digest map's outcome for this verdict.
     pub fn outcome(&self) -> Outcome {
         match self {
             Verdict::Patched { .. } => Outcome::Patched,
@@ -172,6 +175,7 @@ pub enum Patch {
 }
 
 impl Patch {
+    /// The kind's implementation of the interface.
     pub fn kind(&self) -> &dyn PatchKind {
         match self {
             Patch::Shapes(p) => p.as_ref(),

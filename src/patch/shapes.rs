@@ -446,6 +446,7 @@ pub struct ShapesPatch {
 }
 
 impl ShapesPatch {
+    /// Loads and checks a `shapes` patch.toml: the spec plus the fields every kind shares.
     pub fn load(text: &str, origin: &str) -> Result<Self, String> {
         let spec = PatchSpec::parse(text, origin)?;
         if spec.kind.as_deref().is_some_and(|k| k != "shapes") {

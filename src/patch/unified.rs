@@ -59,10 +59,12 @@ impl FileDiff {
         self.new.as_deref().or(self.old.as_deref()).unwrap_or("")
     }
 
+    /// Old side `/dev/null`: the file is new.
     pub fn creates(&self) -> bool {
         self.old.is_none()
     }
 
+    /// New side `/dev/null`: the file goes (a whiteout in an image).
     pub fn deletes(&self) -> bool {
         self.new.is_none()
     }
