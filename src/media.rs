@@ -29,6 +29,26 @@ pub const MANIFEST_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// Configs are small JSON; bound them so a hostile registry cannot exhaust memory.
 pub const CONFIG_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
+/// The most children an index may list. Every platform's manifest and plan are held until the
+/// index is pushed (tens of KiB each), so a hostile index of many thousands would exhaust memory;
+/// real multi-arch images list a handful.
+pub const MAX_INDEX_CHILDREN: usize = 1024;
+
+/// Refuses an index with more children than [`MAX_INDEX_CHILDREN`].
+pub fn check_index_children(doc: &Document, what: &str) -> Result<(), String> {
+    let n = doc
+        .json
+        .get("manifests")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
+    if n > MAX_INDEX_CHILDREN {
+        return Err(format!(
+            "index {what} lists {n} manifests; more than {MAX_INDEX_CHILDREN} are refused (no multi-arch image has that many)"
+        ));
+    }
+    Ok(())
+}
+
 /// Docker v2 or OCI: a new layer must use the family of the manifest it is added to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {

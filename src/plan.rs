@@ -145,6 +145,7 @@ pub async fn plan_image(
             if entries.is_empty() {
                 bail!("index {src} lists no manifests");
             }
+            media::check_index_children(&top, &src).map_err(|e| anyhow!(e))?;
             let mut jobs = Vec::new();
             for (i, entry) in entries.iter().enumerate() {
                 let desc = Descriptor::from_json(entry, &format!("index {src} manifests[{i}]"))

@@ -172,6 +172,8 @@ pub async fn copy_image(
     }
     let children: Vec<Document> = if doc.json.get("manifests").is_some() {
         let mut v = Vec::new();
+        crate::media::check_index_children(doc, &format!("{source}@{}", doc.digest))
+            .map_err(|e| anyhow!(e))?;
         for (i, m) in doc.json["manifests"]
             .as_array()
             .into_iter()

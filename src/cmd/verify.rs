@@ -40,6 +40,8 @@ async fn platforms(reg: &Registry, repo: &Repo, top: &Document) -> Result<Vec<(S
     match top.kind() {
         Some(Kind::Index(_)) => {
             let mut out = Vec::new();
+            crate::media::check_index_children(top, &format!("{repo}@{}", top.digest))
+                .map_err(|e| anyhow!(e))?;
             for (i, m) in top.json["manifests"]
                 .as_array()
                 .into_iter()
