@@ -1,9 +1,43 @@
-//! Embeds every `patches/<id>/patch.toml` in the binary, so adding a patch is adding a folder.
+//! Embeds every `patches/<id>/patch.toml` in the binary, so adding a patch is adding a folder,
+//! and records the git commit the binary is built from, so `--version` names it.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The commit being built: `RUNNER_PATCH_GIT_COMMIT` when the builder sets it (a source tree
+/// without `.git`, as in a container build), else `git rev-parse`, else "unknown".
+fn git_commit() -> String {
+    println!("cargo:rerun-if-env-changed=RUNNER_PATCH_GIT_COMMIT");
+    if let Ok(c) = std::env::var("RUNNER_PATCH_GIT_COMMIT") {
+        if !c.trim().is_empty() {
+            return c.trim().to_owned();
+        }
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    // Rebuild when HEAD moves: HEAD itself, the branch it names, and packed refs.
+    let mut watch = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watch.push(branch);
+    }
+    for w in watch {
+        if let Some(p) = git(&["rev-parse", "--git-path", &w]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned())
+}
+
 fn main() {
+    println!("cargo:rustc-env=RUNNER_PATCH_GIT_COMMIT={}", git_commit());
     let dir = Path::new("patches");
     println!("cargo:rerun-if-changed=patches");
     let mut entries: Vec<_> = std::fs::read_dir(dir)

@@ -41,10 +41,19 @@ const ROLLBACK_EXAMPLES: &str = "Examples:
   # See first what would move
   runner-patch rollback --manifest runner-patch-manifest.json --dry-run";
 
+/// `--version`: the release and the commit it was built from, so a pipeline log says exactly
+/// which build ran.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RUNNER_PATCH_GIT_COMMIT"),
+    ")"
+);
+
 /// Patch released GPUStack runner images at the registry: one small appended layer per platform,
 /// every existing layer reused, and a digest map from original to patched images.
 #[derive(Debug, Parser)]
-#[command(name = "runner-patch", version, about, long_about = None)]
+#[command(name = "runner-patch", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
