@@ -288,6 +288,7 @@ async fn run_async(
     let mut records = Vec::new();
     let mut status = Status::Success;
     let mut rows = Vec::new();
+    let mut errors = Vec::new();
     for f in &finished {
         match &f.result {
             Ok((plan, pushed, record, rec)) => {
@@ -314,6 +315,7 @@ async fn run_async(
             Err(e) => {
                 status = Status::Error;
                 eprintln!("runner-patch: error: {}:{}: {e:#}", source, f.tag);
+                errors.push((format!("{source}:{}", f.tag), format!("{e:#}")));
                 rows.push(format!(
                     "{source}:{}\n  {:<16} see the error above",
                     f.tag, "error"
@@ -339,6 +341,7 @@ async fn run_async(
         (Some(_), _) => tracing::warn!("no image completed; no digest map written"),
         (None, _) => {}
     }
+    crate::summary::apply(&map, mode.dry_run, &errors);
     if a.json {
         crate::output::print(&serde_json::to_string_pretty(&map)?)?;
     } else {

@@ -46,12 +46,23 @@ fn init_logging(g: &Global) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let ansi = std::env::var_os("NO_COLOR").is_none()
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    // In GitHub Actions warnings go out once, as `::warning::` commands (annotations).
+    let actions = crate::summary::in_actions();
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(crate::report::LogWriter)
         .with_ansi(ansi)
         .with_target(false)
         .without_time()
+        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
+            !(actions && *m.level() == tracing::Level::WARN)
+        }));
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(log)
+        .with(actions.then_some(crate::summary::WarningCommands))
         .try_init();
 }
 

@@ -169,6 +169,7 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
                 }
             }
         }
+        crate::summary::rollback(a.dry_run, &serde_json::to_value(&moves)?);
         if a.json {
             crate::output::print(&serde_json::to_string_pretty(
                 &json!({"moves": moves, "failed": failed, "provenance_kept": kept}),

@@ -325,6 +325,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
             checks.push(check_reference(&reg, &spec, r, !a.no_provenance).await?);
         }
         let ok = checks.iter().all(ImageCheck::ok);
+        crate::summary::verify(ok, &serde_json::to_value(&checks)?, &skipped);
         if a.json {
             crate::output::print(&serde_json::to_string_pretty(
                 &json!({"ok": ok, "images": checks, "skipped": skipped}),
