@@ -445,10 +445,11 @@ impl Auth {
         let Some(c) = www_authenticate.and_then(parse_challenge) else {
             return had_auth;
         };
-        let mut challenges = self.challenges.lock().await;
-        let changed = challenges.get(endpoint) != Some(&c);
-        challenges.insert(endpoint.to_owned(), c);
-        changed || had_auth
+        self.challenges.lock().await.insert(endpoint.to_owned(), c);
+        // Retry: this response taught the challenge, or the credentials sent were refused (a
+        // fresh token may help), or this anonymous request raced another one that learned the
+        // same challenge and has not tried authenticating yet. The caller bounds the retries.
+        true
     }
 
     async fn fetch_token(
@@ -546,6 +547,15 @@ impl Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn concurrent_anonymous_requests_each_retry_after_one_learned_the_challenge() {
+        let auth = Auth::new(reqwest::Client::new());
+        let scope = Scope(vec!["repository:a/b:pull".into()]);
+        let basic = Some(r#"Basic realm="x""#);
+        assert!(auth.rejected("r:1", &scope, basic, false).await);
+        assert!(auth.rejected("r:1", &scope, basic, false).await);
+    }
 
     #[test]
     fn challenges_parse() {
