@@ -36,6 +36,7 @@ bench: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
+	actionlint -no-color examples/github-actions/patch-runner.yml
 
 fmt:
 	$(CARGO) fmt --all

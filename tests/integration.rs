@@ -16,6 +16,8 @@ mod overlay;
 mod patch_kinds;
 #[path = "it/pipeline.rs"]
 mod pipeline;
+#[path = "it/pipeline_ci.rs"]
+mod pipeline_ci;
 #[path = "it/provenance.rs"]
 mod provenance;
 #[path = "it/refuse.rs"]

@@ -1,0 +1,465 @@
+//! The release-pipeline step: the example GitHub Actions workflow run step by step against a
+//! local registry with credentials from secrets, the job summary checked against the digest
+//! map, and `::warning::` lines only inside GitHub Actions.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+const USER: &str = "release-bot";
+const PASSWORD: &str = "tok-Hq7Wc2pL9x";
+const DEMO_CUDA: &[&str] = &[
+    "cuda12.9-vllm0.27.1",
+    "cuda13.0-vllm0.30.0",
+    "cuda13.0-vllm0.33.0",
+];
+
+/// Serves the files of `dir` over plain HTTP on loopback (GET only), as a release page would.
+fn serve_dir(dir: PathBuf) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                    break;
+                }
+            }
+            let name = line.split_whitespace().nth(1).unwrap_or("/");
+            let file = dir.join(name.trim_start_matches('/'));
+            let mut stream = reader.into_inner();
+            match std::fs::read(&file) {
+                Ok(body) if !name.contains("..") => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(&body);
+                }
+                _ => {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+            }
+        }
+    });
+    addr
+}
+
+/// A registry that wants a password (htpasswd), seeded with the demo's CUDA images.
+fn registry_with_password() -> Registry {
+    let mut reg = Registry::start();
+    reg.seed(DEMO_CUDA);
+    let out = Command::new("python3")
+        .arg(root().join("tests/support/registry_auth.py"))
+        .args(["htpasswd", "--dir"])
+        .arg(reg.dir.path())
+        .args(["--user", USER, "--password", PASSWORD])
+        .output()
+        .expect("registry_auth.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ht = reg.dir.path().join("htpasswd");
+    reg.restart(Some(&format!(
+        "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+        ht.display()
+    )));
+    reg
+}
+
+/// The workflow as the runner project would copy it, run by `tests/support/run_workflow.py`.
+fn run_example(reg: &Registry, work: &Path, secrets: &[(&str, &str)]) -> (i32, String, Value) {
+    // The release page: the binary and its sha256 file, named as `make dist` names them.
+    let dl = work.join("release");
+    std::fs::create_dir_all(&dl).expect("mkdir");
+    let bin = std::fs::read(env!("CARGO_BIN_EXE_runner-patch")).expect("binary");
+    std::fs::write(dl.join("runner-patch-linux-amd64"), &bin).expect("write");
+    std::fs::write(
+        dl.join("runner-patch-linux-amd64.sha256"),
+        format!(
+            "{}  runner-patch-linux-amd64\n",
+            sha256_hex(&bin).trim_start_matches("sha256:")
+        ),
+    )
+    .expect("write");
+    let http = serve_dir(dl);
+    let mut cmd = Command::new("python3");
+    cmd.arg(root().join("tests/support/run_workflow.py"))
+        .arg(root().join("examples/github-actions/patch-runner.yml"))
+        .arg("--work")
+        .arg(work.join("wf"))
+        .args(["--input", "backend=cuda"])
+        .arg("--input")
+        .arg(format!("repository={}", reg.repo()))
+        .arg("--var")
+        .arg(format!(
+            "RUNNER_PATCH_URL=http://{http}/runner-patch-linux-amd64"
+        ));
+    for (k, v) in secrets {
+        cmd.arg("--secret").arg(format!("{k}={v}"));
+    }
+    let out = cmd
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env_remove("RUNNER_PATCH_USERNAME")
+        .env_remove("RUNNER_PATCH_PASSWORD")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run_workflow.py");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read(work.join("wf/report.json"))
+        .map(|b| serde_json::from_slice(&b).expect("report json"))
+        .unwrap_or_else(|_| panic!("no report from run_workflow.py: {log}"));
+    (out.status.code().unwrap_or(-1), log, report)
+}
+
+fn job<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|j| j["id"] == id))
+        .unwrap_or_else(|| panic!("no job {id} in {report}"))
+}
+
+/// The data rows of the Markdown tables in `md` whose first cell names an image, as cells.
+fn table_rows(md: &str) -> Vec<Vec<String>> {
+    md.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            l.trim_matches('|')
+                .replace("\\|", "\u{1}")
+                .split('|')
+                .map(|c| c.trim().replace('\u{1}', "|").trim_matches('`').to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// What the summary shows for a digest pair, as `summary.rs` writes it.
+fn digest_cell(original: &Value, patched: &Value) -> String {
+    let o = original.as_str().expect("original");
+    match patched.as_str() {
+        Some(p) if p != o => format!("{o}` → `{p}"),
+        Some(_) => format!("{o}` (unchanged)"),
+        None => format!("{o}` → none"),
+    }
+}
+
+/// Checks every image and platform row of a plan/apply summary against the digest map.
+fn assert_summary_matches(md: &str, map: &Value) {
+    let rows = table_rows(md);
+    let images = map["images"].as_array().expect("images");
+    let mut expected_rows = 0;
+    for img in images {
+        let source = img["source"].as_str().expect("source");
+        let all = rows
+            .iter()
+            .find(|r| r[0] == source && r[1] == "all")
+            .unwrap_or_else(|| panic!("no row for {source} in\n{md}"));
+        assert_eq!(all[2], img["outcome"].as_str().expect("outcome"), "{md}");
+        assert_eq!(
+            all[3],
+            digest_cell(&img["original_digest"], &img["patched_digest"]),
+            "{md}"
+        );
+        assert_eq!(
+            all[7],
+            runner_patch::cmd::apply::human(img["bytes_to_push"].as_u64().expect("bytes")),
+            "{md}"
+        );
+        expected_rows += 1;
+        for p in img["platforms"].as_array().expect("platforms") {
+            let platform = p["platform"].as_str().expect("platform");
+            let row = rows
+                .iter()
+                .find(|r| r[0] == source && r[1] == platform)
+                .unwrap_or_else(|| panic!("no row for {source} {platform} in\n{md}"));
+            assert_eq!(row[2], p["outcome"].as_str().expect("outcome"));
+            assert_eq!(
+                row[3],
+                digest_cell(&p["original_digest"], &p["patched_digest"])
+            );
+            assert_eq!(row[4], p["file"].as_str().unwrap_or(""));
+            assert_eq!(row[5], p["vllm_version"].as_str().unwrap_or("?"));
+            assert_eq!(
+                row[6],
+                runner_patch::cmd::apply::human(p["bytes_scanned"].as_u64().expect("read"))
+            );
+            assert_eq!(
+                row[7],
+                runner_patch::cmd::apply::human(p["bytes_to_push"].as_u64().expect("push"))
+            );
+            expected_rows += 1;
+        }
+    }
+    assert_eq!(rows.len(), expected_rows, "rows beyond the map in\n{md}");
+}
+
+#[test]
+fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
+    let reg = registry_with_password();
+    let work = tempfile::tempdir().expect("tmp");
+    let (code, log, report) = run_example(
+        &reg,
+        work.path(),
+        &[("REGISTRY_USERNAME", USER), ("REGISTRY_TOKEN", PASSWORD)],
+    );
+    assert_eq!(code, 0, "{log}\n{report:#}");
+    assert!(!log.contains(PASSWORD), "the token appeared in a log");
+
+    // Every step of both jobs ran, in order, and succeeded; apply waited at the gate.
+    let plan = job(&report, "plan");
+    let apply = job(&report, "apply");
+    assert_eq!(apply["environment"], "runner-release");
+    for j in [plan, apply] {
+        let steps = j["steps"].as_array().expect("steps");
+        assert!(steps.len() >= 4, "{j:#}");
+        for s in steps {
+            assert_eq!(s["outcome"], "success", "{j:#}\n{log}");
+        }
+    }
+
+    // The plan went to the job summary and to an artifact; it names exactly the tags apply took.
+    let wf = work.path().join("wf");
+    let plan_json: Value = serde_json::from_slice(
+        &std::fs::read(wf.join("artifacts/runner-patch-plan-cuda/plan-cuda.json"))
+            .expect("plan artifact"),
+    )
+    .expect("plan json");
+    let plan_md = std::fs::read_to_string(wf.join("summary-plan.md")).expect("plan summary");
+    assert!(
+        plan_md.contains("### runner-patch plan: 2 images (2 patched)"),
+        "{plan_md}"
+    );
+    assert_summary_matches(&plan_md, &plan_json);
+    let mut planned: Vec<&str> = plan_json["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .filter(|i| i["outcome"] == "patched")
+        .filter_map(|i| i["source"].as_str()?.rsplit(':').next())
+        .collect();
+    planned.sort();
+    assert_eq!(planned, ["cuda12.9-vllm0.27.1", "cuda13.0-vllm0.30.0"]);
+    assert_eq!(plan["outputs"]["tags"], planned.join(" "));
+
+    // The digest map artifact: the tags serve what it says (read by skopeo with the same
+    // credentials), the apply summary matches it, and verify passed.
+    let map: Value = serde_json::from_slice(
+        &std::fs::read(wf.join("artifacts/runner-patch-map-cuda/map-cuda.json"))
+            .expect("map artifact"),
+    )
+    .expect("map json");
+    let images = map["images"].as_array().expect("images");
+    assert_eq!(images.len(), 2);
+    for img in images {
+        assert_eq!(img["outcome"], "patched");
+        let served = skopeo_creds(img["target"].as_str().expect("target"));
+        assert_eq!(Some(served.as_str()), img["patched_digest"].as_str());
+        // Plan and apply computed the same images.
+        let planned = plan_json["images"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["source"] == img["source"]))
+            .expect("planned image");
+        assert_eq!(planned["patched_digest"], img["patched_digest"]);
+    }
+    let apply_md = std::fs::read_to_string(wf.join("summary-apply.md")).expect("apply summary");
+    let (apply_part, verify_part) = apply_md
+        .split_once("### runner-patch verify")
+        .unwrap_or_else(|| panic!("no verify summary in\n{apply_md}"));
+    assert_summary_matches(apply_part, &map);
+    assert!(
+        verify_part.starts_with(": every image checks out"),
+        "{verify_part}"
+    );
+}
+
+#[test]
+fn example_workflow_without_credentials_fails_in_plan_and_never_reaches_apply() {
+    let reg = registry_with_password();
+    let work = tempfile::tempdir().expect("tmp");
+    let (code, log, report) = run_example(&reg, work.path(), &[]);
+    assert_eq!(code, 1, "{log}");
+    assert_eq!(job(&report, "plan")["result"], "failure", "{report:#}");
+    assert_eq!(job(&report, "apply")["result"], "skipped", "{report:#}");
+    assert!(log.contains("no credentials found"), "{log}");
+}
+
+/// The digest a reference serves, read by skopeo with the test's htpasswd credentials.
+fn skopeo_creds(reference: &str) -> String {
+    let out = Command::new("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            "--creds",
+            &format!("{USER}:{PASSWORD}"),
+        ])
+        .arg(format!("docker://{reference}"))
+        .output()
+        .expect("skopeo");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sha256_hex(&out.stdout)
+}
+
+/// Runs the CLI with exactly the GitHub variables given (none inherited from this process).
+fn cli_github(cwd: &Path, args: &[&str], github: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner-patch"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GITHUB_") || k.starts_with("RUNNER_PATCH_") || k == "REGISTRY_AUTH_FILE" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(github.iter().copied());
+    let out = cmd.output().expect("run runner-patch");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn step_summary_matches_the_digest_map_and_warnings_are_workflow_commands() {
+    let reg = Registry::start();
+    // An attestation child (dropped, with a warning), a refusal, and a plain patched image.
+    let tags = [
+        "cuda12.9-vllm0.25.1",
+        "cuda12.9-vllm0.27.1-noshape",
+        "cuda12.8-vllm0.27.1",
+    ];
+    reg.seed(&tags);
+    let repo = reg.repo();
+    let mut args = vec![
+        "apply",
+        "--backend",
+        "cuda",
+        "--repository",
+        &repo,
+        "--json",
+    ];
+    for t in &tags {
+        args.extend(["--tag", t]);
+    }
+
+    // Outside GitHub Actions: no summary file, no workflow commands, a plain warning line.
+    let plain = tempfile::tempdir().expect("tmp");
+    let mut elsewhere = args.clone();
+    elsewhere.extend(["--tag-suffix", "-elsewhere"]);
+    let run = cli_github(plain.path(), &elsewhere, &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(files_in(plain.path()), ["runner-patch-manifest.json"]);
+    assert!(!run.stderr.contains("::warning"), "{}", run.stderr);
+    assert!(!run.stdout.contains("::"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("WARN") && run.stderr.contains("attestation manifest"),
+        "{}",
+        run.stderr
+    );
+
+    // In GitHub Actions: the summary is appended (after what was there) and matches the map;
+    // the warning is a workflow command on stderr, stdout stays JSON.
+    let gh = tempfile::tempdir().expect("tmp");
+    let summary = gh.path().join("step-summary.md");
+    std::fs::write(&summary, "earlier step\n").expect("write");
+    let s = summary.to_str().expect("utf8");
+    let apply = cli_github(
+        gh.path(),
+        &args,
+        &[("GITHUB_ACTIONS", "true"), ("GITHUB_STEP_SUMMARY", s)],
+    );
+    assert_eq!(apply.code, 1, "{}", apply.stderr);
+    let map = apply.json();
+    let warnings: Vec<&str> = apply
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("::warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", apply.stderr);
+    assert!(
+        warnings[0].starts_with("::warning title=runner-patch::")
+            && warnings[0].contains("attestation manifest"),
+        "{}",
+        warnings[0]
+    );
+    assert!(!apply.stderr.contains(" WARN "), "{}", apply.stderr);
+    let md = std::fs::read_to_string(&summary).expect("summary");
+    let md = md
+        .strip_prefix("earlier step\n")
+        .expect("appended, not replaced");
+    assert!(
+        md.starts_with("### runner-patch apply: 3 images (2 patched, 1 refused)"),
+        "{md}"
+    );
+    assert_summary_matches(md, &map);
+    assert!(md.contains("Refused or failed:"), "{md}");
+    let refused = map["images"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["outcome"] == "refused"))
+        .expect("a refused image");
+    assert!(md.contains(refused["source"].as_str().expect("source")));
+
+    // verify appends its own table.
+    let v = cli_github(
+        gh.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+        &[("GITHUB_ACTIONS", "true"), ("GITHUB_STEP_SUMMARY", s)],
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    let md = std::fs::read_to_string(&summary).expect("summary");
+    let verify = md
+        .split_once("### runner-patch verify: every image checks out")
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("{md}"));
+    let patched: Vec<&str> = map["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .filter(|i| i["outcome"] == "patched")
+        .filter_map(|i| i["target"].as_str())
+        .collect();
+    assert!(!patched.is_empty());
+    for t in patched {
+        assert!(
+            verify.contains(&format!("| `{t}` | all | ok |")),
+            "{verify}"
+        );
+    }
+}

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Run a GitHub Actions workflow's jobs locally, the way the runner would, so an example
+workflow is exercised rather than only linted.
+
+    python3 tests/support/run_workflow.py WORKFLOW --work DIR
+        [--input K=V]... [--secret K=V]... [--var K=V]... [--path DIR]...
+
+Jobs run in `needs` order, each as on a fresh machine (its own workspace and RUNNER_TEMP);
+steps in order. `run:` blocks run with the step's shell and the merged `env:` maps (workflow,
+job, step); GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files work as on
+GitHub, with GITHUB_ACTIONS=true. `${{ }}` expressions are evaluated only for the small
+grammar this project's workflows use (contexts inputs, secrets, vars, github, runner, steps,
+needs; `||`, `==`, `!=`, string literals, always(), success(), failure()); anything else is an
+error, never silently empty. `uses:` steps are simulated for actions/upload-artifact and
+actions/download-artifact (DIR/artifacts/NAME/); any other action is an error. The
+`environment:` approval gate is recorded as approved.
+
+Writes DIR/report.json: {"ok", "jobs": [{"id", "result", "environment", "outputs", "steps":
+[{"name", "kind", "outcome", "exit_code"}]}]}, and DIR/summary-JOB.md (the job summary).
+Exit status: 0 when every job succeeded or was skipped by its `if:`, 1 otherwise.
+Needs PyYAML.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+SHELLS = {
+    "bash": ["bash", "--noprofile", "--norc", "-eo", "pipefail", "{0}"],
+    "sh": ["sh", "-e", "{0}"],
+}
+
+
+class WorkflowError(Exception):
+    pass
+
+
+def kv(items):
+    out = {}
+    for it in items or []:
+        k, sep, v = it.partition("=")
+        if not sep:
+            raise SystemExit(f"expected K=V, got {it!r}")
+        out[k] = v
+    return out
+
+
+def tokens(expr):
+    pat = re.compile(r"\s*(?:('(?:[^']|'')*')|(\|\||&&|==|!=|!|\(|\))|([A-Za-z_][\w.-]*(?:\(\))?))")
+    pos, out = 0, []
+    expr = expr.strip()
+    while pos < len(expr):
+        m = pat.match(expr, pos)
+        if not m or m.end() == pos:
+            raise WorkflowError(f"cannot read expression {expr!r} at {expr[pos:]!r}")
+        pos = m.end()
+        lit, op, name = m.groups()
+        if lit is not None:
+            out.append(("lit", lit[1:-1].replace("''", "'")))
+        elif op is not None:
+            out.append(("op", op))
+        else:
+            out.append(("name", name))
+    return out
+
+
+def evaluate(expr, ctx):
+    """Evaluates one `${{ }}` body; the grammar is an or of ands of comparisons of terms."""
+    toks = tokens(expr)
+    pos = 0
+
+    def peek():
+        return toks[pos] if pos < len(toks) else (None, None)
+
+    def term():
+        nonlocal pos
+        kind, val = peek()
+        pos += 1
+        if kind == "lit":
+            return val
+        if kind == "op" and val == "!":
+            return not truthy(term())
+        if kind == "op" and val == "(":
+            v = disj()
+            if peek() != ("op", ")"):
+                raise WorkflowError(f"unbalanced parentheses in {expr!r}")
+            pos += 1
+            return v
+        if kind == "name":
+            return lookup(val, ctx, expr)
+        raise WorkflowError(f"unexpected {val!r} in {expr!r}")
+
+    def comparison():
+        nonlocal pos
+        left = term()
+        kind, val = peek()
+        if kind == "op" and val in ("==", "!="):
+            pos += 1
+            right = term()
+            same = str(left if left is not None else "") == str(right if right is not None else "")
+            return same if val == "==" else not same
+        return left
+
+    def conj():
+        nonlocal pos
+        v = comparison()
+        while peek() == ("op", "&&"):
+            pos += 1
+            r = comparison()
+            v = r if truthy(v) else v
+        return v
+
+    def disj():
+        nonlocal pos
+        v = conj()
+        while peek() == ("op", "||"):
+            pos += 1
+            r = conj()
+            v = v if truthy(v) else r
+        return v
+
+    v = disj()
+    if pos != len(toks):
+        raise WorkflowError(f"trailing tokens in {expr!r}")
+    return v
+
+
+def truthy(v):
+    return v not in (None, "", False, 0)
+
+
+def lookup(name, ctx, expr):
+    if name.endswith("()"):
+        fn = name[:-2]
+        if fn == "always":
+            return True
+        if fn == "success":
+            return not ctx["failed"]
+        if fn == "failure":
+            return ctx["failed"]
+        raise WorkflowError(f"function {fn}() is not supported by this runner ({expr!r})")
+    parts = name.split(".")
+    root = parts[0]
+    if root not in ("inputs", "secrets", "vars", "github", "runner", "steps", "needs", "env"):
+        raise WorkflowError(f"context {root!r} is not supported by this runner ({expr!r})")
+    cur = ctx[root]
+    for p in parts[1:]:
+        if not isinstance(cur, dict):
+            raise WorkflowError(f"{name} does not name a value ({expr!r})")
+        cur = cur.get(p)
+        if cur is None:
+            # Like GitHub: an unset input, secret, variable or output is empty.
+            if root in ("inputs", "secrets", "vars") or "outputs" in parts:
+                return ""
+            raise WorkflowError(f"{name} is not defined ({expr!r})")
+    return cur
+
+
+def substitute(value, ctx):
+    if not isinstance(value, str):
+        return value
+    whole = EXPR.fullmatch(value.strip())
+    if whole:
+        v = evaluate(whole.group(1), ctx)
+        return "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
+    return EXPR.sub(lambda m: str(evaluate(m.group(1), ctx) or ""), value)
+
+
+def condition(cond, ctx):
+    if cond is None:
+        return not ctx["failed"]
+    if isinstance(cond, bool):
+        return cond
+    text = cond.strip()
+    m = EXPR.fullmatch(text)
+    body = m.group(1) if m else text
+    # GitHub adds success() unless the condition names a status function.
+    v = evaluate(body, ctx)
+    if not re.search(r"\b(always|failure|success|cancelled)\(\)", body) and ctx["failed"]:
+        return False
+    return truthy(v)
+
+
+def read_env_file(path):
+    """GITHUB_ENV / GITHUB_OUTPUT: `K=V` lines, or `K<<DELIM` ... `DELIM` blocks."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    lines = open(path, encoding="utf-8").read().split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line:
+            continue
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            key, delim = line.split("<<", 1)
+            val = []
+            while i < len(lines) and lines[i] != delim:
+                val.append(lines[i])
+                i += 1
+            i += 1
+            out[key] = "\n".join(val)
+        else:
+            key, _, val = line.partition("=")
+            out[key] = val
+    return out
+
+
+def topo(jobs):
+    order, seen = [], set()
+
+    def visit(j, stack=()):
+        if j in seen:
+            return
+        if j in stack:
+            raise WorkflowError(f"job {j} needs itself")
+        needs = jobs[j].get("needs") or []
+        for n in [needs] if isinstance(needs, str) else needs:
+            if n not in jobs:
+                raise WorkflowError(f"job {j} needs unknown job {n}")
+            visit(n, stack + (j,))
+        seen.add(j)
+        order.append(j)
+
+    for j in jobs:
+        visit(j)
+    return order
+
+
+def upload_artifact(with_, workspace, artifacts):
+    name = with_.get("name") or "artifact"
+    dest = os.path.join(artifacts, name)
+    os.makedirs(dest, exist_ok=True)
+    found = 0
+    for pattern in str(with_.get("path", "")).split("\n"):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        for src in glob.glob(os.path.join(workspace, pattern)):
+            found += 1
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(dest, os.path.basename(src)), dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dest)
+    if not found and with_.get("if-no-files-found", "warn") == "error":
+        raise WorkflowError(f"upload-artifact {name}: no files match {with_.get('path')!r}")
+    return f"{found} path(s) uploaded as {name}"
+
+
+def download_artifact(with_, workspace, artifacts):
+    name = with_.get("name")
+    src = os.path.join(artifacts, name)
+    if not os.path.isdir(src):
+        raise WorkflowError(f"download-artifact: no artifact {name}")
+    dest = os.path.join(workspace, with_.get("path") or ".")
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+    return f"artifact {name} downloaded"
+
+
+def run_job(job_id, job, wf, args, ctx_base, work, artifacts):
+    base = os.path.join(work, "jobs", job_id)
+    workspace, temp = os.path.join(base, "workspace"), os.path.join(base, "temp")
+    os.makedirs(workspace, exist_ok=True)
+    os.makedirs(temp, exist_ok=True)
+    summary_path = os.path.join(work, f"summary-{job_id}.md")
+    open(summary_path, "w").close()
+    env_file = os.path.join(base, "github_env")
+    path_file = os.path.join(base, "github_path")
+    open(env_file, "w").close()
+    open(path_file, "w").close()
+    ctx = dict(ctx_base, runner={"temp": temp, "os": "Linux", "arch": "X64"}, steps={}, failed=False, env={})
+    shell_default = ((wf.get("defaults") or {}).get("run") or {}).get("shell")
+    shell_default = ((job.get("defaults") or {}).get("run") or {}).get("shell", shell_default) or "bash"
+    wf_env = {k: substitute(v, ctx) for k, v in (wf.get("env") or {}).items()}
+    ctx["env"] = dict(wf_env)
+    job_env = dict(wf_env)
+    job_env.update({k: substitute(v, ctx) for k, v in (job.get("env") or {}).items()})
+    extra_env, extra_path = {}, []
+    steps_report = []
+    for i, step in enumerate(job.get("steps") or []):
+        name = step.get("name") or step.get("run", step.get("uses", f"step {i}")).split("\n")[0]
+        ctx["env"] = dict(job_env, **extra_env)
+        if not condition(step.get("if"), ctx):
+            steps_report.append({"name": name, "kind": "run" if "run" in step else "uses", "outcome": "skipped"})
+            continue
+        step_env = dict(job_env)
+        step_env.update(extra_env)
+        step_env.update({k: substitute(v, ctx) for k, v in (step.get("env") or {}).items()})
+        if "uses" in step:
+            uses = step["uses"]
+            with_ = {k: substitute(v, ctx) for k, v in (step.get("with") or {}).items()}
+            action = uses.split("@")[0]
+            try:
+                if action == "actions/upload-artifact":
+                    note = upload_artifact(with_, workspace, artifacts)
+                elif action == "actions/download-artifact":
+                    note = download_artifact(with_, workspace, artifacts)
+                else:
+                    raise WorkflowError(f"action {uses} is not simulated by this runner")
+                outcome = "success"
+            except WorkflowError:
+                raise
+            except OSError as e:
+                note, outcome = str(e), "failure"
+            print(f"[{job_id}] {name}: {note}", file=sys.stderr)
+            steps_report.append({"name": name, "kind": "uses", "uses": uses, "outcome": outcome})
+            if outcome != "success":
+                ctx["failed"] = True
+            continue
+        script = step["run"]
+        if EXPR.search(script):
+            raise WorkflowError(f"step {name!r} of job {job_id} has an expression inside its script; pass it through env:")
+        shell = step.get("shell", shell_default)
+        if shell not in SHELLS:
+            raise WorkflowError(f"shell {shell!r} is not supported by this runner")
+        script_path = os.path.join(temp, f"step-{i}.sh")
+        with open(script_path, "w") as f:
+            f.write(script)
+        output_file = os.path.join(base, f"output-{i}")
+        step_summary = os.path.join(base, f"summary-{i}.md")
+        open(output_file, "w").close()
+        open(step_summary, "w").close()
+        env = {
+            "PATH": os.pathsep.join(list(reversed(extra_path)) + args.path + [os.environ.get("PATH", "/usr/bin:/bin")]),
+            "HOME": os.path.join(base, "home"),
+            "LANG": "C.UTF-8",
+            "CI": "true",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_WORKSPACE": workspace,
+            "GITHUB_RUN_ID": ctx["github"]["run_id"],
+            "GITHUB_JOB": job_id,
+            "GITHUB_ENV": env_file,
+            "GITHUB_PATH": path_file,
+            "GITHUB_OUTPUT": output_file,
+            "GITHUB_STEP_SUMMARY": step_summary,
+            "RUNNER_TEMP": temp,
+            "RUNNER_OS": "Linux",
+        }
+        os.makedirs(env["HOME"], exist_ok=True)
+        env.update({k: str(v) for k, v in step_env.items()})
+        cmd = [a.replace("{0}", script_path) for a in SHELLS[shell]]
+        print(f"[{job_id}] {name}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, cwd=workspace, env=env, stdin=subprocess.DEVNULL)
+        outcome = "success" if proc.returncode == 0 else "failure"
+        steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": proc.returncode})
+        with open(summary_path, "a") as out, open(step_summary) as s:
+            out.write(s.read())
+        extra_env = read_env_file(env_file)
+        extra_path = [p for p in open(path_file).read().split("\n") if p]
+        if step.get("id"):
+            ctx["steps"][step["id"]] = {"outputs": read_env_file(output_file), "outcome": outcome}
+        if outcome != "success":
+            print(f"[{job_id}] {name}: exit {proc.returncode}", file=sys.stderr)
+            ctx["failed"] = True
+    outputs = {k: substitute(v, ctx) for k, v in (job.get("outputs") or {}).items()}
+    return {"result": "failure" if ctx["failed"] else "success", "outputs": outputs, "steps": steps_report}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workflow")
+    p.add_argument("--work", required=True)
+    p.add_argument("--input", action="append", default=[])
+    p.add_argument("--secret", action="append", default=[])
+    p.add_argument("--var", action="append", default=[])
+    p.add_argument("--path", action="append", default=[], help="prepended to PATH of every step")
+    args = p.parse_args()
+    with open(args.workflow) as f:
+        wf = yaml.safe_load(f)
+    # PyYAML reads the bare key `on` as the boolean True.
+    on = wf.get("on", wf.get(True)) or {}
+    dispatch = (on.get("workflow_dispatch") or {}) if isinstance(on, dict) else {}
+    declared = dispatch.get("inputs") or {}
+    inputs = {k: str(v.get("default", "")) for k, v in declared.items()}
+    given = kv(args.input)
+    for k, v in given.items():
+        if k not in declared:
+            raise SystemExit(f"input {k} is not declared by the workflow")
+        opts = declared[k].get("options")
+        if opts and v not in opts:
+            raise SystemExit(f"input {k}={v} is not one of {opts}")
+        inputs[k] = v
+    for k, d in declared.items():
+        if d.get("required") and not inputs.get(k):
+            raise SystemExit(f"input {k} is required")
+    os.makedirs(args.work, exist_ok=True)
+    artifacts = os.path.join(args.work, "artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    ctx_base = {
+        "inputs": inputs,
+        "secrets": kv(args.secret),
+        "vars": kv(args.var),
+        "github": {"run_id": "4242", "event_name": "workflow_dispatch", "repository": "local/runner"},
+        "needs": {},
+    }
+    jobs = wf.get("jobs") or {}
+    report = {"ok": True, "jobs": []}
+    try:
+        for job_id in topo(jobs):
+            job = jobs[job_id]
+            needs = job.get("needs") or []
+            needs = [needs] if isinstance(needs, str) else needs
+            ctx = dict(ctx_base, failed=any(ctx_base["needs"][n]["result"] != "success" for n in needs), env={}, steps={}, runner={})
+            entry = {"id": job_id, "environment": job.get("environment")}
+            if not condition(job.get("if"), ctx):
+                entry.update(result="skipped", outputs={}, steps=[])
+            else:
+                if job.get("environment"):
+                    print(f"[{job_id}] environment {job['environment']}: approval gate (approved by this runner)", file=sys.stderr)
+                entry.update(run_job(job_id, job, wf, args, ctx_base, args.work, artifacts))
+            ctx_base["needs"][job_id] = {"result": entry["result"], "outputs": entry["outputs"]}
+            report["jobs"].append(entry)
+            if entry["result"] == "failure":
+                report["ok"] = False
+    except WorkflowError as e:
+        report["ok"] = False
+        report["error"] = str(e)
+        print(f"run_workflow: {e}", file=sys.stderr)
+    with open(os.path.join(args.work, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
