@@ -188,6 +188,13 @@ pub struct ImageArgs {
     /// Attach no SLSA provenance statement to the patched manifests.
     #[arg(long)]
     pub no_provenance: bool,
+    /// Keep what layer scans found here, so `apply` after `plan` reads no layer again
+    /// [default: $XDG_CACHE_HOME/runner-patch/scans, else ~/.cache/runner-patch/scans].
+    #[arg(long, value_name = "DIR", env = "RUNNER_PATCH_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Read every layer from the registry: no scan cache is read or written.
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,7 @@ pub mod registry;
 pub mod report;
 pub mod rewrite;
 pub mod scan;
+pub mod scan_cache;
 pub mod summary;
 pub mod tags;
 pub mod verify;

@@ -570,6 +570,9 @@ async fn layer_scan(
     let scan = cell
         .get_or_try_init(|| async {
             fresh = true;
+            if let Some(hit) = crate::scan_cache::load(desc, compression, wanted) {
+                return Ok(Arc::new(hit));
+            }
             let reader = reg.blob_reader(repo, desc).await?;
             let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
             let bar = crate::report::bar(format!("{label} {short}"), desc.size);
@@ -586,6 +589,7 @@ async fn layer_scan(
                 desc.digest,
                 layer.compressed_bytes
             );
+            crate::scan_cache::store(desc, compression, wanted, &layer);
             Ok::<_, anyhow::Error>(Arc::new(layer))
         })
         .await?

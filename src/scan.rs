@@ -163,6 +163,17 @@ pub struct LayerScan {
 }
 
 impl LayerScan {
+    /// The index of non-directory entries, for the scan cache to keep (`scan_cache.rs`).
+    pub fn index_keys(&self) -> &[u64] {
+        &self.non_dirs
+    }
+
+    /// Restores the index of a scan the scan cache kept; `keys` sorted, as
+    /// [`Self::index_keys`] gives them.
+    pub fn set_index_keys(&mut self, keys: Vec<u64>) {
+        self.non_dirs = keys;
+    }
+
     /// The kind of the non-directory entry this layer holds at `path`, if any.
     pub fn non_dir(&self, path: &str) -> Option<NodeKind> {
         let key = index_key(path);

@@ -142,6 +142,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         }
         _ => None,
     };
+    crate::scan_cache::configure(a.no_cache, a.cache_dir.clone());
     super::runtime()?.block_on(run_async(
         spec,
         source,

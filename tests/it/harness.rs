@@ -202,6 +202,9 @@ pub fn cli_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out: Output = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
         .args(args)
         .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
+        // Each work folder has its own scan cache: no test sees another's (or the user's).
+        .env("XDG_CACHE_HOME", cwd.join(".cache"))
+        .env_remove("RUNNER_PATCH_CACHE_DIR")
         .env_remove("REGISTRY_AUTH_FILE")
         .env_remove("RUNNER_PATCH_USERNAME")
         .env_remove("RUNNER_PATCH_PASSWORD")

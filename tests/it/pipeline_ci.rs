@@ -328,8 +328,10 @@ fn skopeo_creds(reference: &str) -> String {
 /// Runs the CLI with exactly the GitHub variables given (none inherited from this process).
 fn cli_github(cwd: &Path, args: &[&str], github: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner-patch"));
+    let cache = cwd.with_extension("cache");
     cmd.args(args)
         .current_dir(cwd)
+        .env("XDG_CACHE_HOME", &cache)
         .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
         .stdin(Stdio::null());
     for (k, _) in std::env::vars() {
@@ -462,4 +464,163 @@ fn step_summary_matches_the_digest_map_and_warnings_are_workflow_commands() {
             "{verify}"
         );
     }
+}
+
+/// Layer digests of the fixture images in a seed summary.
+fn fixture_layers(summary: &Value) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for img in summary["images"].as_object().expect("images").values() {
+        for p in img["platforms"].as_object().expect("platforms").values() {
+            for l in p["layers"].as_array().expect("layers") {
+                out.insert(l.as_str().expect("digest").to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Blob GETs of these layers in the registry's access log since `from` (a log length).
+fn layer_gets(
+    reg: &Registry,
+    from: usize,
+    layers: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    reg.log()[from..]
+        .lines()
+        .filter_map(|l| {
+            let req = l.split('"').nth(1)?;
+            let path = req.strip_prefix("GET ")?.split_whitespace().next()?;
+            let digest = path.rsplit_once("/blobs/")?.1;
+            layers.contains(digest).then(|| digest.to_owned())
+        })
+        .collect()
+}
+
+fn cache_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("v1"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "json"));
+    v.sort();
+    v
+}
+
+#[test]
+fn apply_after_plan_reads_no_layer_again_and_a_bad_cache_entry_is_never_trusted() {
+    let reg = Registry::start();
+    let tag = "cuda12.9-vllm0.27.1";
+    let layers = fixture_layers(&reg.seed(&[tag]));
+    let work = tempfile::tempdir().expect("tmp");
+    let cache = work.path().join("scans");
+    let c = cache.to_str().expect("utf8");
+    let repo = reg.repo();
+    let args = |cmd: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            cmd,
+            "--backend",
+            "cuda",
+            "--repository",
+            &repo,
+            "--tag",
+            tag,
+            "--json",
+            "-v",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |a: Vec<String>| {
+        let from = reg.log().len();
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let r = cli(work.path(), &a);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        (r, layer_gets(&reg, from, &layers))
+    };
+    let digests = |r: &Run| -> Vec<Value> {
+        r.json()["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| {
+                i["platforms"]
+                    .as_array()
+                    .expect("p")
+                    .iter()
+                    .map(|p| p["patched_digest"].clone())
+                    .collect()
+            })
+            .collect()
+    };
+
+    // The first plan reads the layers down to the file and records each scan.
+    let (plan1, gets1) = run(args("plan", &["--cache-dir", c]));
+    assert_eq!(plan1.code, 0, "{}", plan1.stderr);
+    assert!(!gets1.is_empty(), "the first plan read no layer");
+    let entries = cache_entries(&cache);
+    assert_eq!(
+        entries.len(),
+        gets1.len(),
+        "one entry per layer read: {entries:?}"
+    );
+
+    // A second plan reads none, and plans the same images.
+    let (plan2, gets2) = run(args("plan", &["--cache-dir", c]));
+    assert_eq!(plan2.code, 0, "{}", plan2.stderr);
+    assert!(gets2.is_empty(), "second plan read {gets2:?}");
+    assert_eq!(digests(&plan2), digests(&plan1));
+
+    // --no-cache reads every layer again.
+    let (uncached, gets3) = run(args("plan", &["--no-cache"]));
+    assert_eq!(uncached.code, 0, "{}", uncached.stderr);
+    assert_eq!(gets3.len(), gets1.len());
+    assert_eq!(digests(&uncached), digests(&plan1));
+
+    // An entry edited on disk is detected: its layer (only it) is read again and the entry
+    // rewritten, after which it is used again.
+    let victim = &entries[0];
+    let mut bytes = std::fs::read(victim).expect("read");
+    let i = bytes.len() / 2;
+    bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+    std::fs::write(victim, &bytes).expect("write");
+    let (plan4, gets4) = run(args("plan", &["--cache-dir", c]));
+    assert_eq!(plan4.code, 0, "{}", plan4.stderr);
+    assert_eq!(gets4.len(), 1, "{gets4:?}\n{}", plan4.stderr);
+    assert!(plan4.stderr.contains("ignored"), "{}", plan4.stderr);
+    assert_eq!(digests(&plan4), digests(&plan1));
+    let (_, gets5) = run(args("plan", &["--cache-dir", c]));
+    assert!(
+        gets5.is_empty(),
+        "the rewritten entry was not used: {gets5:?}"
+    );
+
+    // A foreign entry (another layer's, under this layer's name) is not trusted either.
+    let other = std::fs::read(&entries[1]).expect("read");
+    std::fs::write(&entries[0], other).expect("write");
+    let (plan6, gets6) = run(args("plan", &["--cache-dir", c]));
+    assert_eq!(plan6.code, 0, "{}", plan6.stderr);
+    assert_eq!(gets6.len(), 1, "{gets6:?}");
+    assert!(
+        plan6.stderr.contains("belongs to layer"),
+        "{}",
+        plan6.stderr
+    );
+
+    // apply after plan: no layer is read, the result is what plan showed, verify agrees.
+    let (applied, gets7) = run(args("apply", &["--cache-dir", c]));
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(gets7.is_empty(), "apply read {gets7:?}");
+    assert_eq!(digests(&applied), digests(&plan1));
+    let map = applied.json();
+    assert_eq!(
+        Some(served(map["images"][0]["target"].as_str().expect("target")).as_str()),
+        map["images"][0]["patched_digest"].as_str()
+    );
+    let v = cli(
+        work.path(),
+        &["verify", "--manifest", "runner-patch-manifest.json"],
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 }

@@ -1,0 +1,409 @@
+//! The scan cache: what a layer scan found, kept on disk, so `apply` after `plan` (or a second
+//! `plan`) reads no layer again; on real runner images that is tens of GB per backend.
+//!
+//! An entry is keyed by the layer (digest, size, compression), by what was looked for (the
+//! patch's target, guards and package) and by the build of this tool (a scan's meaning, and
+//! the hash of its entry index, may change between builds), and holds only what the scan
+//! found: the target entries with their headers and content, the `.pyc` paths, the few kept
+//! files, the whiteouts and opaque directories, the index of non-directory entries (hashes,
+//! for overlay hiding), a refusal if the layer was unusable, and the layer's size. It is written only after the layer was read to its end and
+//! its digest and size checked (`scan::scan_layer` returned). On reading, an entry must name
+//! the same layer and the same key and carry the sha256 of its own body; anything else (a
+//! truncated, edited or foreign file, another format) is ignored, the layer is read again,
+//! and the entry rewritten. The checksum detects corruption and mix-ups, not a deliberate
+//! forgery: the cache directory is trusted as much as the user's other files.
+//!
+//! `plan` and `apply` use it (`--cache-dir`, default `$XDG_CACHE_HOME/runner-patch/scans` or
+//! `~/.cache/runner-patch/scans`; `--no-cache`); `verify` never does, so its checks stay
+//! independent of earlier runs.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::media::{Compression, Descriptor};
+use crate::scan::{EntryKind, FileEntry, LayerScan, Wanted};
+
+/// Bumped whenever the entry layout or the meaning of a scan changes.
+const FORMAT: u64 = 1;
+
+static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// The default cache folder: under the user's cache directory, when there is one.
+pub fn default_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
+    Some(base.join("runner-patch").join("scans"))
+}
+
+/// Turns the cache on for this process (once, before any scan): `dir`, else the default;
+/// `off` (`--no-cache`) turns it off.
+pub fn configure(off: bool, dir: Option<PathBuf>) {
+    let dir = if off { None } else { dir.or_else(default_dir) };
+    match &dir {
+        Some(d) => tracing::debug!("scan cache in {}", d.display()),
+        None => tracing::debug!("no scan cache"),
+    }
+    let _ = DIR.set(dir);
+}
+
+fn dir() -> Option<&'static Path> {
+    DIR.get().and_then(|d| d.as_deref())
+}
+
+/// What was looked for and by which build, as one string: two scans with the same key find
+/// the same things.
+fn wanted_key(wanted: &Wanted) -> String {
+    let mut companions = wanted.companions.clone();
+    companions.sort();
+    format!(
+        "tool={}\ntarget={}\npackage={}\ncompanions={}",
+        crate::cli::VERSION,
+        wanted.target,
+        wanted.package,
+        companions.join(",")
+    )
+}
+
+/// The biggest entry file read: real ones are a few KiB, or a few MiB for a layer with many
+/// files above the target's.
+const MAX_ENTRY_BYTES: u64 = 64 * 1024 * 1024;
+
+fn compression_name(c: Compression) -> &'static str {
+    match c {
+        Compression::Gzip => "gzip",
+        Compression::None => "none",
+    }
+}
+
+/// The entry's file: one per layer and key, named by the sha256 of both.
+fn entry_path(dir: &Path, desc: &Descriptor, compression: Compression, key: &str) -> PathBuf {
+    let name = crate::digest::sha256(
+        format!(
+            "runner-patch scan cache {FORMAT}\n{}\n{}\n{}\n{key}",
+            desc.digest,
+            desc.size,
+            compression_name(compression)
+        )
+        .as_bytes(),
+    );
+    let hex = name.trim_start_matches("sha256:");
+    dir.join(format!("v{FORMAT}")).join(format!("{hex}.json"))
+}
+
+/// The cached scan of a layer, when a valid entry for exactly this layer and key exists.
+pub fn load(desc: &Descriptor, compression: Compression, wanted: &Wanted) -> Option<LayerScan> {
+    let dir = dir()?;
+    let key = wanted_key(wanted);
+    let path = entry_path(dir, desc, compression, &key);
+    let read = std::fs::metadata(&path).and_then(|m| {
+        if m.len() > MAX_ENTRY_BYTES {
+            Err(std::io::Error::other(format!("{} bytes", m.len())))
+        } else {
+            std::fs::read(&path)
+        }
+    });
+    let bytes = match read {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::debug!("scan cache entry {} unreadable: {e}", path.display());
+            return None;
+        }
+    };
+    match decode(&bytes, desc, compression, &key) {
+        Ok(scan) => {
+            tracing::debug!("layer {}: scan from the cache", desc.digest);
+            Some(scan)
+        }
+        Err(why) => {
+            tracing::warn!(
+                "scan cache entry for layer {} ignored ({why}); reading the layer again",
+                desc.digest
+            );
+            None
+        }
+    }
+}
+
+/// Records a scan. Call only with the result of a complete, verified read of the layer.
+pub fn store(desc: &Descriptor, compression: Compression, wanted: &Wanted, scan: &LayerScan) {
+    let Some(dir) = dir() else {
+        return;
+    };
+    let key = wanted_key(wanted);
+    let path = entry_path(dir, desc, compression, &key);
+    if let Err(e) = write_atomic(&path, &encode(desc, compression, &key, scan)) {
+        tracing::debug!("scan cache entry {} not written: {e}", path.display());
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let parent = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("no parent directory"))?;
+    std::fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
+        std::process::id()
+    ));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn kind_json(k: &EntryKind) -> Value {
+    match k {
+        EntryKind::Regular => json!({"regular": null}),
+        EntryKind::Symlink(t) => json!({"symlink": t}),
+        EntryKind::Hardlink(t) => json!({"hardlink": t}),
+        EntryKind::Other(t) => json!({"other": t}),
+    }
+}
+
+/// The entry: a body (layer, key, scan) and the sha256 of the body's exact bytes.
+fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerScan) -> Vec<u8> {
+    let targets: Vec<Value> = scan
+        .targets
+        .iter()
+        .map(|t| {
+            json!({
+                "path": t.path, "kind": kind_json(&t.kind), "mode": t.mode, "uid": t.uid,
+                "gid": t.gid, "uname": t.uname, "gname": t.gname, "mtime": t.mtime,
+                "content": b64(&t.content),
+            })
+        })
+        .collect();
+    let files: BTreeMap<&String, String> = scan.files.iter().map(|(p, c)| (p, b64(c))).collect();
+    let body = json!({
+        "format": FORMAT,
+        "layer": desc.digest,
+        "size": desc.size,
+        "compression": compression_name(compression),
+        "key": key,
+        "scan": {
+            "digest": scan.digest,
+            "targets": targets,
+            "pycs": scan.pycs,
+            "files": files,
+            "whiteouts": scan.whiteouts,
+            "opaques": scan.opaques,
+            "index": scan.index_keys(),
+            "refusal": scan.refusal,
+            "kept": scan.kept,
+            "compressed_bytes": scan.compressed_bytes,
+        },
+    })
+    .to_string();
+    let sum = crate::digest::sha256(body.as_bytes());
+    format!("{{\"sha256\":{},\"body\":{}}}\n", json!(sum), json!(body)).into_bytes()
+}
+
+/// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
+fn decode(
+    bytes: &[u8],
+    desc: &Descriptor,
+    compression: Compression,
+    key: &str,
+) -> Result<LayerScan, String> {
+    let outer: Value = serde_json::from_slice(bytes).map_err(|_| "not JSON".to_owned())?;
+    let body = outer["body"].as_str().ok_or("no body")?;
+    if outer["sha256"].as_str() != Some(crate::digest::sha256(body.as_bytes()).as_str()) {
+        return Err("its checksum does not match its content".into());
+    }
+    let v: Value = serde_json::from_str(body).map_err(|_| "body is not JSON".to_owned())?;
+    if v["format"].as_u64() != Some(FORMAT) {
+        return Err(format!("format {} is not {FORMAT}", v["format"]));
+    }
+    if v["layer"].as_str() != Some(desc.digest.as_str())
+        || v["size"].as_u64() != Some(desc.size)
+        || v["compression"].as_str() != Some(compression_name(compression))
+    {
+        return Err(format!("it belongs to layer {}", v["layer"]));
+    }
+    if v["key"].as_str() != Some(key) {
+        return Err("it was made for another patch".into());
+    }
+    let s = &v["scan"];
+    let bad = |what: &str| format!("malformed {what}");
+    let text = |x: &Value, what: &str| x.as_str().map(str::to_owned).ok_or_else(|| bad(what));
+    let num = |x: &Value, what: &str| x.as_u64().ok_or_else(|| bad(what));
+    let unb64 = |x: &Value, what: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(x.as_str().ok_or_else(|| bad(what))?)
+            .map_err(|_| bad(what))
+    };
+    let strings = |x: &Value, what: &str| -> Result<Vec<String>, String> {
+        x.as_array()
+            .ok_or_else(|| bad(what))?
+            .iter()
+            .map(|e| text(e, what))
+            .collect()
+    };
+    let mut targets = Vec::new();
+    for t in s["targets"].as_array().ok_or_else(|| bad("targets"))? {
+        let k = t["kind"].as_object().ok_or_else(|| bad("kind"))?;
+        let kind = match k.iter().next() {
+            Some((n, _)) if n == "regular" => EntryKind::Regular,
+            Some((n, x)) if n == "symlink" => EntryKind::Symlink(text(x, "kind")?),
+            Some((n, x)) if n == "hardlink" => EntryKind::Hardlink(text(x, "kind")?),
+            Some((n, x)) if n == "other" => EntryKind::Other(text(x, "kind")?),
+            _ => return Err(bad("kind")),
+        };
+        let opt = |x: &Value| x.as_str().map(str::to_owned);
+        targets.push(FileEntry {
+            path: text(&t["path"], "path")?,
+            kind,
+            mode: u32::try_from(num(&t["mode"], "mode")?).map_err(|_| bad("mode"))?,
+            uid: num(&t["uid"], "uid")?,
+            gid: num(&t["gid"], "gid")?,
+            uname: opt(&t["uname"]),
+            gname: opt(&t["gname"]),
+            mtime: num(&t["mtime"], "mtime")?,
+            content: Arc::new(unb64(&t["content"], "content")?),
+        });
+    }
+    let mut files = BTreeMap::new();
+    for (p, c) in s["files"].as_object().ok_or_else(|| bad("files"))? {
+        files.insert(p.clone(), Arc::new(unb64(c, "files")?));
+    }
+    let compressed_bytes = num(&s["compressed_bytes"], "compressed_bytes")?;
+    if compressed_bytes != desc.size || s["digest"].as_str() != Some(desc.digest.as_str()) {
+        return Err(bad("layer fields"));
+    }
+    let kept = num(&s["kept"], "kept")?;
+    if kept > crate::scan::MAX_KEPT_PER_LAYER {
+        return Err(bad("kept"));
+    }
+    let index: Vec<u64> = s["index"]
+        .as_array()
+        .ok_or_else(|| bad("index"))?
+        .iter()
+        .map(|k| k.as_u64().ok_or_else(|| bad("index")))
+        .collect::<Result<_, _>>()?;
+    if !index.windows(2).all(|w| w[0] <= w[1]) {
+        return Err(bad("index"));
+    }
+    let refusal = match &s["refusal"] {
+        Value::Null => None,
+        r => Some(text(r, "refusal")?),
+    };
+    let mut scan = LayerScan::default();
+    scan.digest = desc.digest.clone();
+    scan.targets = targets;
+    scan.pycs = strings(&s["pycs"], "pycs")?.into_iter().collect();
+    scan.files = files;
+    scan.whiteouts = strings(&s["whiteouts"], "whiteouts")?.into_iter().collect();
+    scan.opaques = strings(&s["opaques"], "opaques")?.into_iter().collect();
+    scan.set_index_keys(index);
+    scan.refusal = refusal;
+    scan.kept = kept;
+    scan.compressed_bytes = compressed_bytes;
+    Ok(scan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc() -> Descriptor {
+        Descriptor::from_json(
+            &json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": format!("sha256:{}", "ab".repeat(32)), "size": 1234}),
+            "test",
+        )
+        .expect("descriptor")
+    }
+
+    fn wanted(target: &str) -> Wanted {
+        Wanted {
+            target: target.into(),
+            companions: vec!["b.py".into(), "a.py".into()],
+            package: "vllm".into(),
+        }
+    }
+
+    fn scan() -> LayerScan {
+        let mut s = LayerScan::default();
+        s.digest = desc().digest;
+        s.targets = vec![FileEntry {
+            path: "usr/lib/vllm/x.py".into(),
+            kind: EntryKind::Regular,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            uname: Some("root".into()),
+            gname: None,
+            mtime: 1_700_000_000,
+            content: Arc::new(b"assert x\n\xff".to_vec()),
+        }];
+        s.pycs = ["usr/lib/vllm/__pycache__/x.cpython-312.pyc".to_owned()].into();
+        s.files = [(
+            "usr/lib/vllm-0.27.1.dist-info/METADATA".to_owned(),
+            Arc::new(b"Version: 0.27.1\n".to_vec()),
+        )]
+        .into();
+        s.whiteouts = ["opt/legacy".to_owned()].into();
+        s.opaques = ["usr/lib/somepkg".to_owned()].into();
+        s.set_index_keys(vec![8, 16, !7]);
+        s.refusal = Some("why".into());
+        s.kept = 42;
+        s.compressed_bytes = 1234;
+        s
+    }
+
+    #[test]
+    fn an_entry_round_trips_and_only_for_its_layer_and_patch() {
+        let (d, w) = (desc(), wanted("vllm/x.py"));
+        let key = wanted_key(&w);
+        let bytes = encode(&d, Compression::Gzip, &key, &scan());
+        let back = decode(&bytes, &d, Compression::Gzip, &key).expect("valid entry");
+        assert_eq!(format!("{:?}", back), format!("{:?}", scan()));
+        // Companion order does not change the key; another target does.
+        let mut reordered = w.clone();
+        reordered.companions.reverse();
+        assert_eq!(wanted_key(&reordered), key);
+        let other = wanted_key(&wanted("vllm/y.py"));
+        assert!(decode(&bytes, &d, Compression::Gzip, &other).is_err());
+        let mut d2 = d.clone();
+        d2.digest = format!("sha256:{}", "cd".repeat(32));
+        assert!(decode(&bytes, &d2, Compression::Gzip, &key).is_err());
+        assert!(decode(&bytes, &d, Compression::None, &key).is_err());
+        assert_ne!(
+            entry_path(Path::new("/c"), &d, Compression::Gzip, &key),
+            entry_path(Path::new("/c"), &d2, Compression::Gzip, &key)
+        );
+    }
+
+    #[test]
+    fn an_edited_or_truncated_entry_is_refused() {
+        let (d, w) = (desc(), wanted("vllm/x.py"));
+        let key = wanted_key(&w);
+        let bytes = encode(&d, Compression::Gzip, &key, &scan());
+        let text = String::from_utf8(bytes.clone()).expect("utf8");
+        // Change one byte of the kept content (base64 of "assert x").
+        let edited = text.replacen("YXNzZXJ0", "YXNzZXJ1", 1);
+        assert_ne!(edited, text);
+        let err = decode(edited.as_bytes(), &d, Compression::Gzip, &key).expect_err("edited");
+        assert!(err.contains("checksum"), "{err}");
+        assert!(decode(&bytes[..bytes.len() / 2], &d, Compression::Gzip, &key).is_err());
+        assert!(decode(b"", &d, Compression::Gzip, &key).is_err());
+    }
+}
