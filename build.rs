@@ -29,7 +29,8 @@ fn git_commit() -> String {
         watch.push(branch);
     }
     for w in watch {
-        if let Some(p) = git(&["rev-parse", "--git-path", &w]) {
+        // Only paths that exist: cargo reruns the script on every build for a missing one.
+        if let Some(p) = git(&["rev-parse", "--git-path", &w]).filter(|p| Path::new(p).exists()) {
             println!("cargo:rerun-if-changed={p}");
         }
     }
