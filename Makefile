@@ -5,13 +5,48 @@
 CARGO ?= cargo
 PYTHON ?= python3
 BIN := target/release/runner-patch
+# `make dist`: a static Linux binary. For arm64, on an arm64 machine:
+#   make dist DIST_TARGET=aarch64-unknown-linux-gnu DIST_ARCH=arm64
+DIST_TARGET ?= x86_64-unknown-linux-gnu
+DIST_ARCH ?= amd64
+DIST_BIN := dist/runner-patch-linux-$(DIST_ARCH)
+# `make image`: the tool's own image (buildah, no daemon), from what `make dist` left in dist/.
+IMAGE ?= localhost/runner-patch
+PLATFORMS ?= linux/$(DIST_ARCH)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
-.PHONY: all build demo demo-stop test test-rust test-proof verify-engine bench lint fmt clean
+.PHONY: all build dist image demo demo-stop test test-rust test-proof verify-engine bench lint fmt clean
 
 all: build
 
 build:
 	$(CARGO) build --release --locked
+
+# Static (glibc linked in, no OpenSSL: rustls), stripped; `--target` keeps RUSTFLAGS off build
+# scripts and proc macros, which must stay dynamic.
+dist:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --profile dist --locked --target $(DIST_TARGET)
+	mkdir -p dist
+	cp target/$(DIST_TARGET)/dist/runner-patch $(DIST_BIN).tmp
+	mv $(DIST_BIN).tmp $(DIST_BIN)
+	cd dist && sha256sum runner-patch-linux-$(DIST_ARCH) > runner-patch-linux-$(DIST_ARCH).sha256
+	file $(DIST_BIN)
+
+# A manifest list $(IMAGE):$(VERSION) with one image per platform in $(PLATFORMS) (each also
+# tagged $(IMAGE):$(VERSION)-linux-<arch>); push it with
+# `buildah manifest push --all $(IMAGE):$(VERSION) docker://REGISTRY/NAME:$(VERSION)`.
+image: dist
+	cp /etc/ssl/certs/ca-certificates.crt dist/ca-certificates.crt
+	-buildah manifest rm $(IMAGE):$(VERSION) >/dev/null 2>&1
+	for p in $(PLATFORMS); do \
+		buildah build --quiet --platform "$$p" --manifest $(IMAGE):$(VERSION) \
+			--tag $(IMAGE):$(VERSION)-$$(echo "$$p" | tr / -) \
+			--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+			-f Containerfile . || exit 1; \
+	done
+	buildah manifest inspect $(IMAGE):$(VERSION) >/dev/null
+	@echo "image $(IMAGE):$(VERSION) ($(PLATFORMS))"
 
 demo: build
 	bash scripts/demo.sh
@@ -21,8 +56,9 @@ demo-stop:
 
 test: test-rust test-proof verify-engine
 
-test-rust: build
-	$(CARGO) test --release --locked
+# The release tests (tests/it/release.rs) check what `make dist` and `make image` built.
+test-rust: build image
+	RUNNER_PATCH_REQUIRE_DIST=1 $(CARGO) test --release --locked
 
 test-proof: build
 	RUNNER_PATCH_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q tests/proof
@@ -43,4 +79,4 @@ fmt:
 
 clean:
 	$(CARGO) clean
-	rm -rf .demo
+	rm -rf .demo dist

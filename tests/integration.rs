@@ -22,5 +22,7 @@ mod pipeline_ci;
 mod provenance;
 #[path = "it/refuse.rs"]
 mod refuse;
+#[path = "it/release.rs"]
+mod release;
 #[path = "it/reliability.rs"]
 mod reliability;
