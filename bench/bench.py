@@ -12,6 +12,8 @@ On one synthetic two-platform image (bench/image.py) in a fresh local registry, 
      map), platforms in parallel like apply; once with pigz -dc (if present), once with gzip -dc
   c. the rebuild routes: skopeo + umoci (bench/rebuild_umoci.sh), buildah (bench/rebuild_buildah.sh)
   d. runner-patch apply again, on <tag>-bench1 (already patched)
+  e-g. plan, then apply, through a fresh scan cache (--cache-dir), then a plan after one cache
+     entry was edited on disk (its layer must be read again); a and d run with --no-cache
 
 Bytes moved come from the registry's own access log (see bench/README.md); the targets are
 checked as ratios within this run; the table goes to stdout and to the results file.
@@ -201,8 +203,9 @@ class Bench:
         self.storage = Storage(os.path.join(regdir, "storage"))
         self.rows = []
 
-    def measure(self, key, label, argv, note=""):
+    def measure(self, key, label, argv, note="", prepare=None):
         out, err, tv = (os.path.join(self.work, f"{key}.{x}") for x in ("out", "err", "time"))
+        prepared = prepare() if prepare else None
         start = os.path.getsize(self.logfile)
         before = self.storage.blobs()
         self.log(f"--- {label}: {' '.join(argv)}")
@@ -221,6 +224,8 @@ class Bench:
         row["registry_cpu"] = reg
         row["other_cpu"] = max(0.0, busy - reg - row.get("user", 0) - row.get("sys", 0))
         row["other_seen"] = seen
+        row["prepared"] = prepared
+        row["layer_gets"] = layer_gets(self.logfile, start)
         self.log(f"    {wall:.2f} s, exit {rc}, peak RSS {row.get('rss_kib', 0) / 1024:.1f} MiB, "
                  f"down {fmt_bytes(row['down'])}, up {fmt_bytes(row['up'])}")
         if rc != 0:
@@ -229,6 +234,43 @@ class Bench:
             self.log(f"    FAILED (exit {rc}); stderr tail:\n{tail}")
         self.rows.append(row)
         return row
+
+
+def layer_gets(log_path, start):
+    """{digest: bytes} of the blob GETs in the access log after offset START."""
+    out = {}
+    with open(log_path, errors="replace") as f:
+        f.seek(start)
+        for line in f:
+            m = ACCESS.match(line)
+            if m and m.group(1) == "GET" and "/blobs/sha256:" in m.group(2) and m.group(4) != "-":
+                d = m.group(2).rsplit("/blobs/", 1)[1]
+                out[d] = out.get(d, 0) + int(m.group(4))
+    return out
+
+
+def edit_cache_entry(scans):
+    """Flips one byte in the middle of the scan cache entry of the biggest layer; returns that
+    layer's digest (what the next plan must read again)."""
+    best = None
+    folder = os.path.join(scans, "v1")
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if not name.endswith(".json"):
+            continue
+        with open(path) as f:
+            body = json.loads(json.load(f)["body"])
+        if best is None or body["size"] > best[1]:
+            best = (path, body["size"], body["layer"])
+    if best is None:
+        raise RuntimeError(f"no scan cache entry in {folder}")
+    with open(best[0], "rb") as f:
+        data = bytearray(f.read())
+    i = len(data) // 2
+    data[i] = ord("B") if data[i] == ord("A") else ord("A")
+    with open(best[0], "wb") as f:
+        f.write(data)
+    return best[2]
 
 
 def fmt_bytes(n):
@@ -364,6 +406,25 @@ def check_targets(r, n_plat):
         out.append(("second apply < 5% of the first, no blob uploads", ok,
                     f"{a2['wall']:.2f} s = {100 * frac:.1f}% of {a['wall']:.2f} s; outcome "
                     f"{a2.get('outcome')}; {uploads} blob upload requests"))
+    pc, ac, pe = r.get("plan_cached"), r.get("apply_cached"), r.get("plan_edited")
+    if pc is None or ac is None:
+        out.append(("apply after plan fetches < 1% of the plan's layer bytes", False, "not run"))
+    else:
+        plan_layers, apply_layers = sum(pc["layer_gets"].values()), sum(ac["layer_gets"].values())
+        ok = (pc["rc"] == 0 and ac["rc"] == 0 and ac.get("outcome") == "patched"
+              and plan_layers > 0 and ac["down"] < 0.01 * plan_layers)
+        out.append(("apply after plan fetches < 1% of the plan's layer bytes", ok,
+                    f"apply downloaded {ac['down']} B in all ({apply_layers} B of blobs) after a plan "
+                    f"that read {fmt_bytes(plan_layers)} of blobs; outcome {ac.get('outcome')}"))
+    if pe is None:
+        out.append(("an edited cache entry is detected and its layer read again", False, "not run"))
+    else:
+        edited = pe.get("prepared")
+        got = set(pe["layer_gets"])
+        ok = pe["rc"] == 0 and edited in got and (pc is None or got <= set(pc["layer_gets"]))
+        out.append(("an edited cache entry is detected and its layer read again", ok,
+                    f"edited the entry of {edited}; the plan then fetched {len(got)} blob(s), "
+                    f"{fmt_bytes(sum(pe['layer_gets'].values()))}"))
     return out
 
 
@@ -477,7 +538,7 @@ def main(argv=None):
         map1 = os.path.join(work, "map1.json")
         r["apply"] = b.measure("apply", "a. runner-patch apply", [
             snapshot, "-v", "apply", "--backend", "cuda", "--repository", src, "--tag", TAG,
-            "--tag-suffix", "-bench1", "--manifest", map1])
+            "--tag-suffix", "-bench1", "--manifest", map1, "--no-cache"])
         r["apply"]["outcome"] = outcome_of(map1)
 
         # b. the floor
@@ -515,8 +576,23 @@ def main(argv=None):
         map2 = os.path.join(work, "map2.json")
         r["apply2"] = b.measure("apply2", "d. apply again (already patched)", [
             snapshot, "apply", "--backend", "cuda", "--repository", src, "--tag", f"{TAG}-bench1",
-            "--manifest", map2])
+            "--manifest", map2, "--no-cache"])
         r["apply2"]["outcome"] = outcome_of(map2)
+
+        # e-g. plan -> apply through a fresh scan cache, then a plan with one entry edited
+        scans = os.path.join(work, "scans")
+        cached = [snapshot, "-v", "--backend", "cuda", "--repository", src, "--tag", TAG,
+                  "--cache-dir", scans]
+        r["plan_cached"] = b.measure("plan_cached", "e. plan (fills the scan cache)",
+                                     [cached[0], "plan"] + cached[1:] + ["--tag-suffix", "-bench2"])
+        map3 = os.path.join(work, "map3.json")
+        r["apply_cached"] = b.measure("apply_cached", "f. apply after plan (scan cache)",
+                                      [cached[0], "apply"] + cached[1:] + ["--tag-suffix", "-bench2",
+                                                                           "--manifest", map3])
+        r["apply_cached"]["outcome"] = outcome_of(map3)
+        r["plan_edited"] = b.measure("plan_edited", "g. plan, one cache entry edited on disk",
+                                     [cached[0], "plan"] + cached[1:] + ["--tag-suffix", "-bench3"],
+                                     prepare=lambda: edit_cache_entry(scans))
     except Exception as e:  # noqa: BLE001
         log(f"bench: error: {type(e).__name__}: {e}")
         return 2
@@ -548,7 +624,8 @@ def main(argv=None):
     ]
     img_info = {"layers": amd, "uncompressed": sum(L["uncompressed"] for L in amd),
                 "compressed": sum(L["size"] for L in amd)}
-    rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "umoci", "buildah", "apply2")
+    rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "umoci", "buildah", "apply2",
+                           "plan_cached", "apply_cached", "plan_edited")
             if k in r]
     ncpu = os.cpu_count() or 1
     busy = [f"{x['label']} ({x['other_cpu']:.1f} CPU-s over {x['wall']:.1f} s"
