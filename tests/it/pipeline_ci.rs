@@ -60,9 +60,9 @@ fn serve_dir(dir: PathBuf) -> String {
 }
 
 /// A registry that wants a password (htpasswd), seeded with the demo's CUDA images.
-fn registry_with_password() -> Registry {
+fn registry_with_password() -> (Registry, Value) {
     let mut reg = Registry::start();
-    reg.seed(DEMO_CUDA);
+    let seeded = reg.seed(DEMO_CUDA);
     let out = Command::new("python3")
         .arg(root().join("tests/support/registry_auth.py"))
         .args(["htpasswd", "--dir"])
@@ -80,7 +80,7 @@ fn registry_with_password() -> Registry {
         "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
         ht.display()
     )));
-    reg
+    (reg, seeded)
 }
 
 /// The workflow as the runner project would copy it, run by `tests/support/run_workflow.py`.
@@ -110,7 +110,9 @@ fn run_example(reg: &Registry, work: &Path, secrets: &[(&str, &str)]) -> (i32, S
         .arg("--var")
         .arg(format!(
             "RUNNER_PATCH_URL=http://{http}/runner-patch-linux-amd64"
-        ));
+        ))
+        .arg("--watch")
+        .arg(reg.dir.path().join("registry.log"));
     for (k, v) in secrets {
         cmd.arg("--secret").arg(format!("{k}={v}"));
     }
@@ -216,7 +218,7 @@ fn assert_summary_matches(md: &str, map: &Value) {
 
 #[test]
 fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
-    let reg = registry_with_password();
+    let (reg, seeded) = registry_with_password();
     let work = tempfile::tempdir().expect("tmp");
     let (code, log, report) = run_example(
         &reg,
@@ -237,6 +239,31 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
             assert_eq!(s["outcome"], "success", "{j:#}\n{log}");
         }
     }
+
+    // One read of the layers: plan read them, apply (another machine, the scans carried over
+    // by actions/cache) read none. Verify reads on its own, as it must.
+    let layers = fixture_layers(&seeded);
+    let gets_of = |j: &Value, step: &str| {
+        let s = j["steps"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|s| s["name"].as_str().is_some_and(|n| n.starts_with(step)))
+            })
+            .unwrap_or_else(|| panic!("no step {step} in {j:#}"));
+        let w = &s["watch"][0];
+        let (from, to) = (
+            w[0].as_u64().expect("from") as usize,
+            w[1].as_u64().expect("to") as usize,
+        );
+        layer_gets_in(&reg.log()[from..to], &layers)
+    };
+    assert!(!gets_of(plan, "Plan").is_empty(), "plan read no layer");
+    assert_eq!(
+        gets_of(apply, "Apply"),
+        Vec::<String>::new(),
+        "apply read layers again"
+    );
 
     // The plan went to the job summary and to an artifact; it names exactly the tags apply took.
     let wf = work.path().join("wf");
@@ -295,7 +322,7 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
 
 #[test]
 fn example_workflow_without_credentials_fails_in_plan_and_never_reaches_apply() {
-    let reg = registry_with_password();
+    let (reg, _) = registry_with_password();
     let work = tempfile::tempdir().expect("tmp");
     let (code, log, report) = run_example(&reg, work.path(), &[]);
     assert_eq!(code, 1, "{log}");
@@ -485,8 +512,12 @@ fn layer_gets(
     from: usize,
     layers: &std::collections::BTreeSet<String>,
 ) -> Vec<String> {
-    reg.log()[from..]
-        .lines()
+    layer_gets_in(&reg.log()[from..], layers)
+}
+
+/// Blob GETs of these layers in a piece of the registry's access log.
+fn layer_gets_in(log: &str, layers: &std::collections::BTreeSet<String>) -> Vec<String> {
+    log.lines()
         .filter_map(|l| {
             let req = l.split('"').nth(1)?;
             let path = req.strip_prefix("GET ")?.split_whitespace().next()?;

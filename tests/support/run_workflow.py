@@ -3,7 +3,7 @@
 workflow is exercised rather than only linted.
 
     python3 tests/support/run_workflow.py WORKFLOW --work DIR
-        [--input K=V]... [--secret K=V]... [--var K=V]... [--path DIR]...
+        [--input K=V]... [--secret K=V]... [--var K=V]... [--path DIR]... [--watch FILE]...
 
 Jobs run in `needs` order, each as on a fresh machine (its own workspace and RUNNER_TEMP);
 steps in order. `run:` blocks run with the step's shell and the merged `env:` maps (workflow,
@@ -12,8 +12,10 @@ GitHub, with GITHUB_ACTIONS=true. `${{ }}` expressions are evaluated only for th
 grammar this project's workflows use (contexts inputs, secrets, vars, github, runner, steps,
 needs; `||`, `==`, `!=`, string literals, always(), success(), failure()); anything else is an
 error, never silently empty. `uses:` steps are simulated for actions/upload-artifact and
-actions/download-artifact (DIR/artifacts/NAME/); any other action is an error. The
-`environment:` approval gate is recorded as approved.
+actions/download-artifact (DIR/artifacts/NAME/) and actions/cache/save and restore (exact
+key, DIR/caches/KEY/); any other action is an error. The `environment:` approval gate is
+recorded as approved. `--watch FILE` records FILE's size before and after each run step
+(`watch` in the report), so a caller can tell which step wrote which lines of a log.
 
 Writes DIR/report.json: {"ok", "jobs": [{"id", "result", "environment", "outputs", "steps":
 [{"name", "kind", "outcome", "exit_code"}]}]}, and DIR/summary-JOB.md (the job summary).
@@ -266,6 +268,27 @@ def download_artifact(with_, workspace, artifacts):
     return f"artifact {name} downloaded"
 
 
+def cache_save(with_, caches):
+    src = with_.get("path", "").strip()
+    dest = os.path.join(caches, with_["key"])
+    if not os.path.isdir(src):
+        return f"cache {with_['key']}: {src} does not exist, nothing saved"
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+    return f"cache {with_['key']} saved"
+
+
+def cache_restore(with_, caches):
+    src = os.path.join(caches, with_["key"])
+    if not os.path.isdir(src):
+        return f"cache {with_['key']}: miss", "false"
+    shutil.copytree(src, with_.get("path", "").strip(), dirs_exist_ok=True)
+    return f"cache {with_['key']}: restored", "true"
+
+
+def watched(paths):
+    return [os.path.getsize(p) if os.path.exists(p) else 0 for p in paths]
+
+
 def run_job(job_id, job, wf, args, ctx_base, work, artifacts):
     base = os.path.join(work, "jobs", job_id)
     workspace, temp = os.path.join(base, "workspace"), os.path.join(base, "temp")
@@ -304,6 +327,12 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts):
                     note = upload_artifact(with_, workspace, artifacts)
                 elif action == "actions/download-artifact":
                     note = download_artifact(with_, workspace, artifacts)
+                elif action == "actions/cache/save":
+                    note = cache_save(with_, os.path.join(work, "caches"))
+                elif action == "actions/cache/restore":
+                    note, hit = cache_restore(with_, os.path.join(work, "caches"))
+                    if step.get("id"):
+                        ctx["steps"][step["id"]] = {"outputs": {"cache-hit": hit}, "outcome": "success"}
                 else:
                     raise WorkflowError(f"action {uses} is not simulated by this runner")
                 outcome = "success"
@@ -349,9 +378,11 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts):
         env.update({k: str(v) for k, v in step_env.items()})
         cmd = [a.replace("{0}", script_path) for a in SHELLS[shell]]
         print(f"[{job_id}] {name}", file=sys.stderr, flush=True)
+        before = watched(args.watch)
         proc = subprocess.run(cmd, cwd=workspace, env=env, stdin=subprocess.DEVNULL)
         outcome = "success" if proc.returncode == 0 else "failure"
-        steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": proc.returncode})
+        steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": proc.returncode,
+                             "watch": [[b, a] for b, a in zip(before, watched(args.watch))]})
         with open(summary_path, "a") as out, open(step_summary) as s:
             out.write(s.read())
         extra_env = read_env_file(env_file)
@@ -373,6 +404,8 @@ def main():
     p.add_argument("--secret", action="append", default=[])
     p.add_argument("--var", action="append", default=[])
     p.add_argument("--path", action="append", default=[], help="prepended to PATH of every step")
+    p.add_argument("--watch", action="append", default=[],
+                   help="a file (e.g. a registry's log) whose size is recorded before and after each run step")
     args = p.parse_args()
     with open(args.workflow) as f:
         wf = yaml.safe_load(f)
