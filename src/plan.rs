@@ -570,7 +570,11 @@ async fn layer_scan(
     let scan = cell
         .get_or_try_init(|| async {
             fresh = true;
-            if let Some(hit) = crate::scan_cache::load(desc, compression, wanted) {
+            // A cached scan holds its kept bytes like a fresh one: charged to the run, and
+            // read afresh (to be refused as such) when the run's budget cannot hold it.
+            if let Some(hit) = crate::scan_cache::load(desc, compression, wanted)
+                .filter(|h| KEPT_BY_RUN.take(h.kept).is_ok())
+            {
                 return Ok(Arc::new(hit));
             }
             let reader = reg.blob_reader(repo, desc).await?;

@@ -201,8 +201,9 @@ impl Budget {
         }
     }
 
-    /// Takes `n` bytes; `Err(bytes in use)` when that would pass the cap.
-    fn take(&self, n: u64) -> Result<(), u64> {
+    /// Takes `n` bytes; `Err(bytes in use)` when that would pass the cap. (Public so that a
+    /// scan restored from the scan cache is charged like one read now.)
+    pub fn take(&self, n: u64) -> Result<(), u64> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 u.checked_add(n).filter(|t| *t <= self.cap)

@@ -75,9 +75,14 @@ fn wanted_key(wanted: &Wanted) -> String {
     )
 }
 
-/// The biggest entry file read: real ones are a few KiB, or a few MiB for a layer with many
-/// files above the target's.
-const MAX_ENTRY_BYTES: u64 = 64 * 1024 * 1024;
+/// The biggest entry written or read: real ones are a few KiB (a few MiB for a layer with very
+/// many files above the target's). Loading one costs a few times its size in memory, so bigger
+/// scans are simply read again.
+const MAX_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The most kept bytes (file contents) an entry may hold; real scans keep tens of KiB. A scan
+/// that kept more (crafted layers, bombs) is not cached: reading it again is the safe path.
+const MAX_CACHED_KEPT: u64 = 1024 * 1024;
 
 fn compression_name(c: Compression) -> &'static str {
     match c {
@@ -106,16 +111,23 @@ pub fn load(desc: &Descriptor, compression: Compression, wanted: &Wanted) -> Opt
     let dir = dir()?;
     let key = wanted_key(wanted);
     let path = entry_path(dir, desc, compression, &key);
-    let read = std::fs::metadata(&path).and_then(|m| {
-        if m.len() > MAX_ENTRY_BYTES {
-            Err(std::io::Error::other(format!("{} bytes", m.len())))
-        } else {
-            std::fs::read(&path)
-        }
-    });
-    let bytes = match read {
-        Ok(b) => b,
+    let size = match std::fs::metadata(&path) {
+        Ok(m) => m.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::debug!("scan cache entry {} unreadable: {e}", path.display());
+            return None;
+        }
+    };
+    if size > MAX_ENTRY_BYTES {
+        tracing::warn!(
+            "scan cache entry for layer {} ignored ({size} bytes, more than an entry holds); reading the layer again",
+            desc.digest
+        );
+        return None;
+    }
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
         Err(e) => {
             tracing::debug!("scan cache entry {} unreadable: {e}", path.display());
             return None;
@@ -141,9 +153,18 @@ pub fn store(desc: &Descriptor, compression: Compression, wanted: &Wanted, scan:
     let Some(dir) = dir() else {
         return;
     };
+    if scan.kept > MAX_CACHED_KEPT {
+        tracing::debug!("layer {}: scan keeps too much to cache", desc.digest);
+        return;
+    }
     let key = wanted_key(wanted);
     let path = entry_path(dir, desc, compression, &key);
-    if let Err(e) = write_atomic(&path, &encode(desc, compression, &key, scan)) {
+    let entry = encode(desc, compression, &key, scan);
+    if entry.len() as u64 > MAX_ENTRY_BYTES {
+        tracing::debug!("layer {}: scan too big to cache", desc.digest);
+        return;
+    }
+    if let Err(e) = write_atomic(&path, &entry) {
         tracing::debug!("scan cache entry {} not written: {e}", path.display());
     }
 }
@@ -289,7 +310,7 @@ fn decode(
         return Err(bad("layer fields"));
     }
     let kept = num(&s["kept"], "kept")?;
-    if kept > crate::scan::MAX_KEPT_PER_LAYER {
+    if kept > MAX_CACHED_KEPT {
         return Err(bad("kept"));
     }
     let index: Vec<u64> = s["index"]
