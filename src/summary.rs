@@ -328,35 +328,23 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningCommands {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest_map::{ImageRecord, PlatformRecord};
+    use crate::digest_map::ImageRecord;
 
+    /// A record built from JSON, as a map on disk gives it (so fields added later default).
     fn record(outcome: &str, patched: Option<&str>) -> ImageRecord {
-        ImageRecord {
-            source: "r.example/a/runner:cuda12.9-vllm0.27.1".into(),
-            target: "r.example/a/runner:cuda12.9-vllm0.27.1".into(),
-            outcome: outcome.into(),
-            original_digest: "sha256:aa".into(),
-            patched_digest: patched.map(str::to_owned),
-            media_type: "x".into(),
-            reason: "r".into(),
-            dropped_attestations: vec![],
-            bytes_to_push: 2048,
-            platforms: vec![PlatformRecord {
-                platform: "linux/amd64".into(),
-                outcome: outcome.into(),
-                original_digest: "sha256:bb".into(),
-                patched_digest: patched.map(|_| "sha256:cc".to_owned()),
-                file: Some("/usr/x|y.py".into()),
-                vllm_version: Some("0.27.1".into()),
-                reason: "a | b\nc".into(),
-                added_layer: None,
-                layers_scanned: 2,
-                bytes_scanned: 3 * 1024 * 1024,
-                bytes_to_push: 1024,
-            }],
-            companions: vec![],
-            in_progress: false,
-        }
+        serde_json::from_value(serde_json::json!({
+            "source": "r.example/a/runner:cuda12.9-vllm0.27.1",
+            "target": "r.example/a/runner:cuda12.9-vllm0.27.1",
+            "outcome": outcome, "original_digest": "sha256:aa", "patched_digest": patched,
+            "media_type": "x", "reason": "r", "bytes_to_push": 2048,
+            "platforms": [{
+                "platform": "linux/amd64", "outcome": outcome, "original_digest": "sha256:bb",
+                "patched_digest": patched.map(|_| "sha256:cc"),
+                "file": "/usr/x|y.py", "vllm_version": "0.27.1", "reason": "a | b\nc",
+                "layers_scanned": 2, "bytes_scanned": 3 * 1024 * 1024, "bytes_to_push": 1024
+            }]
+        }))
+        .expect("a record")
     }
 
     #[test]
