@@ -104,6 +104,7 @@ fn run_bounded(cwd: &Path, args: &[&str], env: &[(&str, String)], limit: Duratio
         .arg(env!("CARGO_BIN_EXE_runner-patch"))
         .args(args)
         .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
+        .env("XDG_CACHE_HOME", cwd.join(".cache"))
         .env_remove("REGISTRY_AUTH_FILE")
         .env_remove("RUNNER_PATCH_USERNAME")
         .env_remove("RUNNER_PATCH_PASSWORD")

@@ -241,6 +241,7 @@ fn apply_measured(reg: &Registry, work: &Path, tag: &str) -> (Run, u64) {
             "m.json",
         ])
         .env("DOCKER_CONFIG", work.join(".no-docker-config"))
+        .env("XDG_CACHE_HOME", work.join(".cache"))
         .current_dir(work)
         .output()
         .expect("run /usr/bin/time (apt-get install time)");
