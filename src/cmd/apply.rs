@@ -190,7 +190,7 @@ async fn run_async(
     let reg = Arc::new(Registry::with_concurrency(
         &[&source, &target],
         a.jobs.saturating_mul(4),
-    ));
+    )?);
     let tags = if tags.is_empty() {
         let found = discover(&reg, &source, a.backend, &spec, a.include_dev).await?;
         for t in &found {

@@ -144,7 +144,7 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     let kept = provenance_kept(&map)?;
     let rt = super::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>());
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
         let mut moves = Vec::new();
         let mut failed = 0usize;
         // Every entry is tried: one that cannot be restored is reported and the rest go on.

@@ -327,14 +327,14 @@ pub struct Registry {
 impl Registry {
     /// A client for the given repositories: loopback ones over plain HTTP, others over TLS; at
     /// most the configured number of requests in flight.
-    pub fn new(repos: &[&Repo]) -> Self {
+    pub fn new(repos: &[&Repo]) -> Result<Self, RegistryError> {
         Self::with_concurrency(repos, limits().max_requests)
     }
 
     /// As [`Registry::new`], with at most `max_requests` requests in flight at once (at least
     /// two: a cross-registry copy reads and writes together), so that an index with thousands of
     /// children never opens thousands of connections.
-    pub fn with_concurrency(repos: &[&Repo], max_requests: usize) -> Self {
+    pub fn with_concurrency(repos: &[&Repo], max_requests: usize) -> Result<Self, RegistryError> {
         let plain = repos
             .iter()
             .filter(|r| r.is_loopback())
@@ -349,9 +349,20 @@ impl Registry {
             // Idle connections beyond the requests in flight are closed, not pooled.
             .pool_max_idle_per_host(max_requests.max(2))
             .build()
-            .unwrap_or_default();
+            // Without a CA bundle the TLS set-up fails; say so instead of panicking later.
+            .map_err(|e| {
+                RegistryError::new(
+                    "setting up",
+                    "the HTTPS client",
+                    format!(
+                        "{}; TLS needs the system's CA certificates (the ca-certificates package)",
+                        transport::transport(&e)
+                    ),
+                    None,
+                )
+            })?;
         let auth = Auth::new(http.clone());
-        Registry {
+        Ok(Registry {
             inner: Arc::new(Inner {
                 http,
                 auth,
@@ -359,7 +370,7 @@ impl Registry {
                 retry: Retry::default(),
                 slots: Arc::new(tokio::sync::Semaphore::new(max_requests.max(2))),
             }),
-        }
+        })
     }
 
     fn base(&self, repo: &Repo) -> String {
@@ -689,7 +700,7 @@ mod tests {
     #[test]
     fn urls_the_registry_names_are_resolved_and_only_its_origin_is_its_own() {
         let repo = Repo::parse("127.0.0.1:5000/a/b").expect("parse");
-        let reg = Registry::new(&[&repo]);
+        let reg = Registry::new(&[&repo]).expect("client");
         assert_eq!(
             reg.absolute(&repo, "/v2/a/b/blobs/uploads/x?s=1"),
             "http://127.0.0.1:5000/v2/a/b/blobs/uploads/x?s=1"

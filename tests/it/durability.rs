@@ -738,3 +738,28 @@ fn a_full_disk_moves_no_tag() {
     s.assert_moves_recorded_in("after the disk had space again", &map);
     assert_ne!(s.now(TAG), s.original(TAG));
 }
+
+/// No CA certificates at all (a bare container): one clear error and exit 2, never a panic.
+#[test]
+fn no_ca_certificates_is_one_clear_error() {
+    let work = tempfile::tempdir().expect("tmp");
+    let run = cli_env(
+        work.path(),
+        &[
+            "plan",
+            "--backend",
+            "cuda",
+            "--repository",
+            "127.0.0.1:1/gpustack/runner",
+            "--tag",
+            TAG,
+        ],
+        &[
+            ("SSL_CERT_FILE", "/nonexistent"),
+            ("SSL_CERT_DIR", "/nonexistent"),
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(run.stderr.contains("CA certificates"), "{}", run.stderr);
+}

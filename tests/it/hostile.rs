@@ -530,7 +530,7 @@ fn the_client_keeps_its_requests_in_flight_within_its_limit() {
         .expect("child digest")
         .to_owned();
     let repo = runner_patch::registry::Repo::parse(&s.repo()).expect("repo");
-    let reg = runner_patch::registry::Registry::with_concurrency(&[&repo], 3);
+    let reg = runner_patch::registry::Registry::with_concurrency(&[&repo], 3).expect("client");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fetched = rt.block_on(async {
         let tasks: Vec<_> = (0..200)
