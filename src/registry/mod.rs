@@ -547,6 +547,16 @@ impl Registry {
 
     /// PUTs a manifest's exact bytes under a tag or digest, with its own media type.
     pub async fn manifest_put(&self, r: &Reference, doc: &Document) -> Result<(), RegistryError> {
+        self.manifest_put_answer(r, doc).await.map(|_| ())
+    }
+
+    /// [`Registry::manifest_put`], returning the `OCI-Subject` header of the answer (a registry
+    /// that keeps referrers itself names the subject there).
+    pub(crate) async fn manifest_put_answer(
+        &self,
+        r: &Reference,
+        doc: &Document,
+    ) -> Result<Option<String>, RegistryError> {
         let repo = Self::repo_of(r);
         let what = r.whole();
         let op = "pushing manifest";
@@ -576,12 +586,14 @@ impl Registry {
             let detail = resp.failure().await;
             return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
         }
-        if let Some(d) = resp
-            .headers()
-            .get("docker-content-digest")
-            .and_then(|v| v.to_str().ok())
-        {
-            if d.trim() != doc.digest {
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_owned())
+        };
+        if let Some(d) = header("docker-content-digest") {
+            if d != doc.digest {
                 return Err(RegistryError::new(
                     op,
                     &what,
@@ -590,7 +602,7 @@ impl Registry {
                 ));
             }
         }
-        Ok(())
+        Ok(header("oci-subject"))
     }
 
     /// Every tag of a repository, following `Link` pagination (a `Link` to another host is

@@ -4,7 +4,6 @@
 //! without either (distribution 2.8) are served through the referrers tag schema, which uses
 //! only ordinary manifest calls (see `crate::provenance`).
 
-use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 
@@ -21,52 +20,10 @@ impl Registry {
         doc: &Document,
         subject: &str,
     ) -> Result<bool, RegistryError> {
-        let r = repo.at_digest(&doc.digest);
-        let what = r.whole();
-        let op = "pushing manifest";
-        let mut h = HeaderMap::new();
-        h.insert(
-            CONTENT_TYPE,
-            doc.media_type.parse().map_err(|_| {
-                RegistryError::new(
-                    op,
-                    &what,
-                    format!("media type {:?} is not a valid header", doc.media_type),
-                    None,
-                )
-            })?,
-        );
-        let mut resp = self
-            .send(
-                Call::push(op, &what, repo),
-                Method::PUT,
-                &self.manifest_url(&r, repo),
-                h,
-                Body::Bytes(Bytes::from(doc.bytes.clone())),
-            )
+        let subject_seen = self
+            .manifest_put_answer(&repo.at_digest(&doc.digest), doc)
             .await?;
-        let status = resp.status();
-        if status != StatusCode::CREATED && status != StatusCode::OK {
-            let detail = resp.failure().await;
-            return Err(RegistryError::new(op, &what, detail, Some(status.as_u16())));
-        }
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.trim().to_owned())
-        };
-        if let Some(d) = header("docker-content-digest") {
-            if d != doc.digest {
-                return Err(RegistryError::new(
-                    op,
-                    &what,
-                    format!("the registry stored digest {d}, not {}", doc.digest),
-                    None,
-                ));
-            }
-        }
-        Ok(header("oci-subject").as_deref() == Some(subject))
+        Ok(subject_seen.as_deref() == Some(subject))
     }
 
     /// The referrers of `digest` from the referrers API, or `None` when the registry has no such
