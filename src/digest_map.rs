@@ -240,7 +240,7 @@ pub struct Recorder {
     /// Held for the whole run: two runs writing one map would each drop the other's records.
     _lock: std::fs::File,
     /// Whether anything this run did must be on disk (set by the first record).
-    dirty: Mutex<bool>,
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 impl Recorder {
@@ -259,12 +259,7 @@ impl Recorder {
                 dir.display()
             ));
         }
-        let lock_path = parent_dir(path).join(format!(
-            ".{}.lock",
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ));
+        let lock_path = beside(path, ".lock");
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -304,7 +299,7 @@ impl Recorder {
             earlier: map.images.len(),
             _lock: lock,
             map: Mutex::new(map),
-            dirty: Mutex::new(false),
+            dirty: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -316,9 +311,7 @@ impl Recorder {
         map.tool = format!("runner-patch {}", env!("CARGO_PKG_VERSION"));
         map.write(&self.path)
             .map_err(|e| format!("cannot write digest map {}: {e}", self.path.display()))?;
-        if let Ok(mut d) = self.dirty.lock() {
-            *d = true;
-        }
+        self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
@@ -355,7 +348,7 @@ impl Recorder {
 
     /// Whether anything was recorded (so the file on disk is this run's).
     pub fn wrote(&self) -> bool {
-        self.dirty.lock().map(|d| *d).unwrap_or(false)
+        self.dirty.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn path(&self) -> &Path {
@@ -370,12 +363,17 @@ fn parent_dir(path: &Path) -> PathBuf {
     }
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
+/// `.<map name><suffix>` in the map's folder: its temporary file and its lock.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "runner-patch-manifest.json".into());
-    parent_dir(path).join(format!(".{name}.{}.tmp", std::process::id()))
+    parent_dir(path).join(format!(".{name}{suffix}"))
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    beside(path, &format!(".{}.tmp", std::process::id()))
 }
 
 /// Splits a map entry's `REPO:TAG` (as `source`/`target` hold them) into repository and tag.

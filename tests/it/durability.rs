@@ -87,6 +87,29 @@ impl Setup {
         .collect()
     }
 
+    /// The tool with this setup's isolated environment, to spawn in the background.
+    fn command(&self, args: &[String]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_runner-patch"));
+        c.args(args)
+            .env("DOCKER_CONFIG", self.work.path().join(".no-docker-config"))
+            .env("XDG_CACHE_HOME", self.work.path().join(".cache"))
+            .env_remove("REGISTRY_AUTH_FILE")
+            .env_remove("RUNNER_PATCH_USERNAME")
+            .env_remove("RUNNER_PATCH_PASSWORD")
+            .env_remove("RUNNER_PATCH_LOG")
+            .current_dir(self.work.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `apply` with these arguments, run to its end.
+    fn run(&self, args: &[String]) -> Run {
+        cli(
+            self.work.path(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    }
+
     fn now(&self, tag: &str) -> String {
         served(&format!("{}:{tag}", self.reg.repo()))
     }
@@ -147,20 +170,19 @@ impl Setup {
 /// Runs the tool in the background, waits until the proxy holds the request the rule names,
 /// then kills it with SIGKILL.
 fn kill_at(s: &Setup, signal: &Path) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
-        .args(s.apply_args())
-        .env("DOCKER_CONFIG", s.work.path().join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", s.work.path().join(".cache"))
-        .env_remove("REGISTRY_AUTH_FILE")
-        .env_remove("RUNNER_PATCH_USERNAME")
-        .env_remove("RUNNER_PATCH_PASSWORD")
-        .env_remove("RUNNER_PATCH_LOG")
-        .current_dir(s.work.path())
-        .stdin(Stdio::null())
+    let mut child = s
+        .command(&s.apply_args())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn runner-patch");
+    wait_for_hold(&mut child, signal);
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+}
+
+/// Waits until the proxy signals that it holds the request (the tool still running).
+fn wait_for_hold(child: &mut std::process::Child, signal: &Path) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !signal.exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -169,8 +191,6 @@ fn kill_at(s: &Setup, signal: &Path) {
         assert!(Instant::now() < deadline, "the held request never came");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.kill().expect("kill");
-    child.wait().expect("wait");
 }
 
 /// A push step: the request the proxy holds, and whether the registry applies it first.
@@ -238,13 +258,7 @@ fn killed_at(step: &Step) {
 
     // A re-run with the same map completes the work, companions included.
     s.faults(json!([]));
-    let again = cli(
-        s.work.path(),
-        &s.apply_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let again = s.run(&s.apply_args());
     assert_eq!(again.code, 0, "{}: re-run: {}", step.name, again.stderr);
     let map: Value =
         serde_json::from_slice(&std::fs::read(s.map_path()).expect("map")).expect("json");
@@ -366,13 +380,7 @@ fn a_failed_companion_write_is_recorded_and_completed_by_a_rerun() {
         "match": {"method": "PUT", "path_regex": format!("/manifests/{TAG}-linux-arm64$")},
         "fault": {"kind": "status", "code": 400, "body": "{\"errors\":[{\"code\":\"DENIED\",\"message\":\"no\"}]}"},
     }]));
-    let run = cli(
-        s.work.path(),
-        &s.apply_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let run = s.run(&s.apply_args());
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
         run.stderr.contains(ARM),
@@ -402,13 +410,7 @@ fn a_failed_companion_write_is_recorded_and_completed_by_a_rerun() {
     assert!(by_ref.stdout.contains(ARM), "{}", by_ref.stdout);
 
     s.faults(json!([]));
-    let again = cli(
-        s.work.path(),
-        &s.apply_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let again = s.run(&s.apply_args());
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_ne!(s.now(ARM), s.original(ARM));
     let verify = cli(
@@ -432,13 +434,7 @@ fn a_lost_map_is_not_a_lost_original() {
     kill_at(&s, &signal);
     std::fs::remove_file(s.map_path()).expect("lose the map");
     s.faults(json!([]));
-    let again = cli(
-        s.work.path(),
-        &s.apply_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let again = s.run(&s.apply_args());
     assert_eq!(again.code, 0, "{}", again.stderr);
     let map: Value =
         serde_json::from_slice(&std::fs::read(s.map_path()).expect("map")).expect("json");
@@ -547,12 +543,8 @@ fn an_unwritable_map_is_refused_before_the_registry_is_touched() {
 #[test]
 fn a_closed_stdout_costs_neither_the_map_nor_a_panic() {
     let s = Setup::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
-        .args(s.apply_args())
-        .env("DOCKER_CONFIG", s.work.path().join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", s.work.path().join(".cache"))
-        .current_dir(s.work.path())
-        .stdin(Stdio::null())
+    let mut child = s
+        .command(&s.apply_args())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -596,10 +588,7 @@ fn duplicate_tags_merge_and_bad_target_tags_are_caught_first() {
 
     let mut args = s.apply_args();
     args.extend(["--tag".to_owned(), TAG.to_owned()]);
-    let twice = cli(
-        s.work.path(),
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let twice = s.run(&args);
     assert_eq!(twice.code, 0, "{}", twice.stderr);
     assert_eq!(twice.json()["images"].as_array().expect("images").len(), 1);
 }
@@ -688,21 +677,13 @@ fn a_full_disk_moves_no_tag() {
         .expect("--manifest")
         + 1;
     args[at] = map.to_str().expect("utf8").to_owned();
-    let child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
-        .args(&args)
-        .env("DOCKER_CONFIG", s.work.path().join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", s.work.path().join(".cache"))
-        .current_dir(s.work.path())
-        .stdin(Stdio::null())
+    let mut child = s
+        .command(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !signal.exists() {
-        assert!(Instant::now() < deadline, "the held request never came");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_hold(&mut child, &signal);
     // Fill the disk to the last byte.
     {
         use std::io::Write;
@@ -730,10 +711,7 @@ fn a_full_disk_moves_no_tag() {
 
     std::fs::remove_file(disk.join("filler")).expect("free the disk");
     s.faults(json!([]));
-    let again = cli(
-        s.work.path(),
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let again = s.run(&args);
     assert_eq!(again.code, 0, "{}", again.stderr);
     s.assert_moves_recorded_in("after the disk had space again", &map);
     assert_ne!(s.now(TAG), s.original(TAG));
