@@ -83,6 +83,29 @@ pub struct PlatformRecord {
     /// The provenance artifact attached to the patched manifest (or that would be, in a plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<crate::provenance::ProvenanceRecord>,
+    /// Each patch of the run, in the order applied, with its outcome and the layer it added.
+    #[serde(default)]
+    pub patches: Vec<PatchRecord>,
+}
+
+/// What one patch did to one platform.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PatchRecord {
+    pub id: String,
+    pub outcome: String,
+    pub reason: String,
+    /// The layer it appended (none for `env` patches, which edit the config only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<PatchLayer>,
+}
+
+/// A layer one patch appended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PatchLayer {
+    pub digest: String,
+    pub diff_id: String,
+    pub size: u64,
+    pub media_type: String,
 }
 
 /// The appended layer and config of a patched platform.
@@ -166,19 +189,38 @@ impl ImageRecord {
                     file: pl.file.clone(),
                     vllm_version: pl.version.clone(),
                     reason: pl.reason.clone(),
-                    added_layer: pl.new.as_ref().map(|n| AddedLayer {
-                        digest: n.layer.digest.clone(),
-                        diff_id: n.layer.diff_id.clone(),
-                        size: n.layer.bytes.len() as u64,
-                        media_type: n.layer.media_type.clone(),
-                        config_digest: n.config_digest.clone(),
+                    // The last layer appended (the only one when a single file patch runs).
+                    added_layer: pl.new.as_ref().and_then(|n| {
+                        n.layers.last().map(|l| AddedLayer {
+                            digest: l.digest.clone(),
+                            diff_id: l.diff_id.clone(),
+                            size: l.bytes.len() as u64,
+                            media_type: l.media_type.clone(),
+                            config_digest: n.config_digest.clone(),
+                        })
                     }),
                     layers_scanned: pl.layers_scanned,
                     bytes_scanned: pl.bytes_scanned,
-                    bytes_to_push: pl.new.as_ref().map_or(0, |n| {
-                        (n.layer.bytes.len() + n.config.len() + n.manifest.bytes.len()) as u64
-                    }),
+                    bytes_to_push: pl.new.as_ref().map_or(0, crate::plan::NewImage::bytes),
                     provenance: None,
+                    patches: pl
+                        .patches
+                        .iter()
+                        .map(|s| PatchRecord {
+                            id: s.id.clone(),
+                            outcome: s.outcome.as_str().to_owned(),
+                            reason: s.reason.clone(),
+                            layer: s
+                                .layer
+                                .and_then(|i| pl.new.as_ref().and_then(|n| n.layers.get(i)))
+                                .map(|l| PatchLayer {
+                                    digest: l.digest.clone(),
+                                    diff_id: l.diff_id.clone(),
+                                    size: l.bytes.len() as u64,
+                                    media_type: l.media_type.clone(),
+                                }),
+                        })
+                        .collect(),
                 })
                 .collect(),
             in_progress: false,

@@ -7,6 +7,7 @@ use std::io::Write;
 use flate2::{Compression, GzBuilder};
 
 use crate::digest::HashingWriter;
+use crate::patch::Change;
 use crate::scan::FileEntry;
 
 /// A finished layer blob with both of its digests.
@@ -38,12 +39,13 @@ pub fn new_mtime(patch_mtime: u64, original: &FileEntry) -> u64 {
     }
 }
 
-/// Builds the layer. `whiteouts` are full paths of files to hide (`.wh.<name>` entries are made).
-pub fn build(
-    original: &FileEntry,
-    content: &[u8],
-    whiteouts: &[String],
-    mtime: u64,
+/// Builds the layer of one patch's changes: each written file with its own header (kept from
+/// the file it replaces), each hidden path as a `.wh.<name>` entry stamped `whiteout_mtime`.
+/// Entries are sorted by path, so whiteouts in `__pycache__/` come before the module itself
+/// and the same changes always give the same bytes.
+pub fn build_changes(
+    changes: &[Change],
+    whiteout_mtime: u64,
     media_type: &str,
 ) -> std::io::Result<NewLayer> {
     let compressed = HashingWriter::new(Vec::new());
@@ -54,42 +56,46 @@ pub fn build(
     let mut tar = tar::Builder::new(uncompressed);
     tar.mode(tar::HeaderMode::Complete);
 
-    // Entries in path order: whiteouts in `__pycache__/` sort before the file itself.
-    let mut entries: Vec<(String, Option<&[u8]>)> = whiteouts
+    let mut entries: Vec<(String, Option<&FileEntry>)> = changes
         .iter()
-        .map(|w| {
-            let (dir, name) = w.rsplit_once('/').unwrap_or(("", w.as_str()));
-            let path = if dir.is_empty() {
-                format!(".wh.{name}")
-            } else {
-                format!("{dir}/.wh.{name}")
-            };
-            (path, None)
+        .map(|c| match c {
+            Change::Write(e) => (e.path.clone(), Some(e)),
+            Change::Whiteout(w) => {
+                let (dir, name) = w.rsplit_once('/').unwrap_or(("", w.as_str()));
+                let path = if dir.is_empty() {
+                    format!(".wh.{name}")
+                } else {
+                    format!("{dir}/.wh.{name}")
+                };
+                (path, None)
+            }
         })
         .collect();
-    entries.push((original.path.clone(), Some(content)));
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     entries.dedup_by(|a, b| a.0 == b.0);
+    let mut latest = whiteout_mtime;
 
-    for (path, data) in entries {
+    for (path, file) in entries {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
-        h.set_mtime(mtime);
-        match data {
-            Some(bytes) => {
-                h.set_mode(original.mode);
-                h.set_uid(original.uid);
-                h.set_gid(original.gid);
-                if let Some(u) = &original.uname {
+        match file {
+            Some(e) => {
+                h.set_mtime(e.mtime);
+                latest = latest.max(e.mtime);
+                h.set_mode(e.mode);
+                h.set_uid(e.uid);
+                h.set_gid(e.gid);
+                if let Some(u) = &e.uname {
                     h.set_username(u)?;
                 }
-                if let Some(g) = &original.gname {
+                if let Some(g) = &e.gname {
                     h.set_groupname(g)?;
                 }
-                h.set_size(bytes.len() as u64);
-                tar.append_data(&mut h, &path, bytes)?;
+                h.set_size(e.content.len() as u64);
+                tar.append_data(&mut h, &path, &e.content[..])?;
             }
             None => {
+                h.set_mtime(whiteout_mtime);
                 h.set_mode(0o644);
                 h.set_uid(0);
                 h.set_gid(0);
@@ -108,8 +114,63 @@ pub fn build(
         digest,
         diff_id,
         media_type: media_type.to_owned(),
-        mtime,
+        mtime: latest,
     })
+}
+
+/// Builds the layer of one rewritten file (with its original header and `mtime`) and the
+/// whiteouts `whiteouts` (full paths).
+pub fn build(
+    original: &FileEntry,
+    content: &[u8],
+    whiteouts: &[String],
+    mtime: u64,
+    media_type: &str,
+) -> std::io::Result<NewLayer> {
+    let mut changes: Vec<Change> = whiteouts.iter().cloned().map(Change::Whiteout).collect();
+    changes.push(Change::Write(FileEntry {
+        content: std::sync::Arc::new(content.to_vec()),
+        mtime,
+        ..original.clone()
+    }));
+    build_changes(&changes, mtime, media_type)
+}
+
+/// Python tags a module's compiled bytecode may carry: the one named by the path
+/// (`.../python3.12/...` -> `cpython-312`), else every CPython 3.8 to 3.14.
+fn python_tags(path: &str) -> Vec<String> {
+    let named = path.split('/').find_map(|c| {
+        let v = c.strip_prefix("python3.")?;
+        (!v.is_empty() && v.chars().all(|ch| ch.is_ascii_digit())).then(|| format!("cpython-3{v}"))
+    });
+    match named {
+        Some(t) => vec![t],
+        None => (8..=14).map(|m| format!("cpython-3{m}")).collect(),
+    }
+}
+
+/// Whiteouts for every name compiled bytecode of the module at `path` can have
+/// (`__pycache__/<stem>.<tag>[.opt-N].pyc`), wherever it lies in the layers below: a `.pyc`
+/// left visible is loaded instead of the new source when its checks still pass (hash-based
+/// unchecked pycs always do). A whiteout of a name nothing holds hides nothing, so this needs
+/// no scan of the layers below.
+pub fn bytecode_whiteouts(path: &str) -> Vec<String> {
+    let Some(module) = path.strip_suffix(".py") else {
+        return Vec::new();
+    };
+    let (dir, stem) = module.rsplit_once('/').unwrap_or(("", module));
+    let cache = if dir.is_empty() {
+        "__pycache__".to_owned()
+    } else {
+        format!("{dir}/__pycache__")
+    };
+    let mut out = Vec::new();
+    for tag in python_tags(path) {
+        for opt in ["", ".opt-1", ".opt-2"] {
+            out.push(format!("{cache}/{stem}.{tag}{opt}.pyc"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -176,6 +237,19 @@ mod tests {
             (names[1].1, names[1].2, names[1].3),
             (1000, 1_800_000_000, 0o644)
         );
+    }
+
+    #[test]
+    fn bytecode_whiteouts_cover_every_name() {
+        let w = bytecode_whiteouts("usr/lib/python3.12/site-packages/vllm/a.py");
+        assert_eq!(w.len(), 3);
+        assert!(w.contains(
+            &"usr/lib/python3.12/site-packages/vllm/__pycache__/a.cpython-312.opt-1.pyc".to_owned()
+        ));
+        let w = bytecode_whiteouts("vllm-workspace/vllm/vllm/a.py");
+        assert_eq!(w.len(), 21);
+        assert!(w.contains(&"vllm-workspace/vllm/vllm/__pycache__/a.cpython-38.pyc".to_owned()));
+        assert!(bytecode_whiteouts("etc/x.json").is_empty());
     }
 
     #[test]

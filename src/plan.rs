@@ -8,24 +8,62 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use tokio_util::io::SyncIoBridge;
 
 use crate::layer::{self, NewLayer};
-use crate::media::{self, layer_compression, platform_of, Descriptor, Document, Kind};
-use crate::patch::{Decision, Outcome, PatchSpec};
+use crate::media::{self, platform_of, Descriptor, Document, Kind};
+use crate::patch::{Change, ImageView, Outcome, Patch, Verdict};
 use crate::registry::{Registry, Repo};
 use crate::rewrite;
-use crate::scan::{self, Budget, Descent, EntryKind, FileEntry, LayerScan, Wanted};
+use crate::view::{Layers, ScanView, Search};
+
+/// What every image of a run is planned with: the registry, the patches in the order given,
+/// the permits bounding concurrent platform scans, and the run's layer reader.
+pub struct Run {
+    pub reg: Arc<Registry>,
+    pub patches: Vec<Patch>,
+    pub scans: Arc<Semaphore>,
+    pub layers: Layers,
+}
 
 /// The new objects of one patched platform, ready to push.
 #[derive(Debug, Clone)]
 pub struct NewImage {
-    pub layer: NewLayer,
+    /// One layer per file patch applied, in order (none for a run of `env` patches only).
+    pub layers: Vec<NewLayer>,
     pub config: Vec<u8>,
     pub config_digest: String,
     pub manifest: Document,
-    /// sha256 of the file before and after the patch, for the provenance statement.
-    pub file_digests: (String, String),
+}
+
+impl NewImage {
+    /// Bytes of the new layers, config and manifest.
+    pub fn bytes(&self) -> u64 {
+        (self.layers.iter().map(|l| l.bytes.len()).sum::<usize>()
+            + self.config.len()
+            + self.manifest.bytes.len()) as u64
+    }
+}
+
+/// One file a patch wrote or hid, with its sha256 before and after (for provenance).
+#[derive(Debug, Clone)]
+pub struct FileChange {
+    pub path: String,
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+/// What one patch decided for one platform.
+#[derive(Debug, Clone)]
+pub struct PatchStep {
+    pub id: String,
+    pub title: String,
+    /// sha256 of the patch's definition.
+    pub definition_digest: String,
+    pub outcome: Outcome,
+    pub reason: String,
+    /// Index into [`NewImage::layers`] of the layer it added.
+    pub layer: Option<usize>,
+    pub files: Vec<FileChange>,
 }
 
 /// One platform of an image.
@@ -41,6 +79,8 @@ pub struct PlatformPlan {
     pub layers_scanned: usize,
     pub bytes_scanned: u64,
     pub new: Option<NewImage>,
+    /// Each patch's decision, in the order applied.
+    pub patches: Vec<PatchStep>,
     /// For a platform that already carries a patch: the original manifest digest its config
     /// label names, so a re-run knows the original even without the digest map.
     pub recorded_original: Option<String>,
@@ -75,7 +115,7 @@ impl ImagePlan {
             .platforms
             .iter()
             .filter_map(|p| p.new.as_ref())
-            .map(|n| (n.layer.bytes.len() + n.config.len() + n.manifest.bytes.len()) as u64)
+            .map(NewImage::bytes)
             .sum();
         let index = match (&self.new_top, self.original.kind()) {
             (Some(top), Some(Kind::Index(_))) => top.bytes.len() as u64,
@@ -103,27 +143,17 @@ pub fn companion_suffix(platform: &str) -> String {
     crate::tags::companion_suffix(platform)
 }
 
-/// What the layer scan found for one platform.
-struct Found {
-    entry: FileEntry,
-    pycs: Vec<String>,
-    files: std::collections::BTreeMap<String, Arc<Vec<u8>>>,
-    layers_scanned: usize,
-    bytes_scanned: u64,
-}
-
 /// Plans one tag: resolves it, scans each platform (concurrently, each holding one of the run's
 /// `scans` permits, so an index with thousands of children opens at most that many scans) and
 /// builds what is new.
 pub async fn plan_image(
-    reg: Arc<Registry>,
-    spec: Arc<PatchSpec>,
-    scans: Arc<Semaphore>,
+    run: Arc<Run>,
     source: &Repo,
     tag: &str,
     target: &Repo,
     target_tag: &str,
 ) -> Result<ImagePlan> {
+    let reg = &run.reg;
     let top = reg.manifest_get(&source.at_tag(tag)).await?;
     let src = format!("{source}:{tag}");
     let kind = top.kind().ok_or_else(|| {
@@ -155,16 +185,13 @@ pub async fn plan_image(
                     continue;
                 }
                 let platform = platform_of(entry).unwrap_or_else(|| format!("manifests[{i}]"));
-                let (reg, spec, source, tag, scans) = (
-                    reg.clone(),
-                    spec.clone(),
-                    source.clone(),
-                    tag.to_owned(),
-                    scans.clone(),
-                );
+                let (run, source, tag) = (run.clone(), source.clone(), tag.to_owned());
                 jobs.push(tokio::spawn(async move {
-                    let _permit = scans.acquire_owned().await?;
-                    let child = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
+                    let _permit = run.scans.clone().acquire_owned().await?;
+                    let child = run
+                        .reg
+                        .manifest_get(&source.at_digest(&desc.digest))
+                        .await?;
                     if !matches!(child.kind(), Some(Kind::Manifest(_))) {
                         bail!(
                             "{platform} child {} of {source} is {:?}, not an image manifest",
@@ -172,7 +199,7 @@ pub async fn plan_image(
                             child.media_type
                         );
                     }
-                    plan_platform(&reg, &spec, &source, &tag, platform, child).await
+                    plan_platform(&run, &source, &tag, platform, child).await
                 }));
             }
             for job in jobs {
@@ -180,9 +207,8 @@ pub async fn plan_image(
             }
         }
         Kind::Manifest(_) => {
-            let _permit = scans.acquire_owned().await?;
-            platforms
-                .push(plan_platform(&reg, &spec, source, tag, String::new(), top.clone()).await?);
+            let _permit = run.scans.clone().acquire_owned().await?;
+            platforms.push(plan_platform(&run, source, tag, String::new(), top.clone()).await?);
         }
     }
 
@@ -299,36 +325,105 @@ pub async fn plan_image(
     })
 }
 
-fn refused(
-    platform: String,
-    original: Document,
-    reason: String,
-    found: Option<&Found>,
-) -> PlatformPlan {
+fn refused(platform: String, original: Document, reason: String) -> PlatformPlan {
     PlatformPlan {
         platform,
         original,
         outcome: Outcome::Refused,
         reason,
-        file: found.map(|f| format!("/{}", f.entry.path)),
+        file: None,
         version: None,
         shape: None,
-        layers_scanned: found.map_or(0, |f| f.layers_scanned),
-        bytes_scanned: found.map_or(0, |f| f.bytes_scanned),
+        layers_scanned: 0,
+        bytes_scanned: 0,
         new: None,
+        patches: Vec::new(),
         recorded_original: None,
     }
 }
 
-/// Plans one platform manifest.
+/// The service and backend a runner tag names (`cuda12.9-vllm0.27.1` -> vllm, cuda;
+/// `cann9.0-910b-vllm0.20.2` -> vllm, cann): what a patch's `services` and `backends` select.
+/// `(None, None)` for a tag of another form, which no selection excludes.
+pub fn tag_selection(tag: &str) -> (Option<String>, Option<String>) {
+    let backend: String = tag.chars().take_while(char::is_ascii_lowercase).collect();
+    let service = tag.split('-').skip(1).find_map(|part| {
+        let name: String = part.chars().take_while(char::is_ascii_lowercase).collect();
+        let rest = &part[name.len()..];
+        (!name.is_empty() && rest.starts_with(|c: char| c.is_ascii_digit())).then_some(name)
+    });
+    match service {
+        Some(s) if !backend.is_empty() => (Some(s), Some(backend)),
+        _ => (None, None),
+    }
+}
+
+/// Why a patch does not select a tag, if it does not.
+fn unselected(patch: &Patch, tag: &str) -> Option<String> {
+    let meta = patch.meta();
+    let (service, backend) = tag_selection(tag);
+    if let (Some(s), false) = (&service, meta.services.is_empty()) {
+        if !meta.services.iter().any(|x| x == s) {
+            return Some(format!(
+                "patch {} is for services {} and {tag} is {s}",
+                meta.id,
+                meta.services.join(", ")
+            ));
+        }
+    }
+    if let (Some(b), false) = (&backend, meta.backends.is_empty()) {
+        if !meta.backends.iter().any(|x| x == b) {
+            return Some(format!(
+                "patch {} is for backends {} and {tag} is {b}",
+                meta.id,
+                meta.backends.join(", ")
+            ));
+        }
+    }
+    None
+}
+
+/// A patched file's whiteouts for its compiled bytecode, wherever it lies below: the names
+/// the scan saw and every name the interpreter could use ([`layer::bytecode_whiteouts`]).
+fn with_bytecode_whiteouts(changes: &[Change]) -> Vec<Change> {
+    let mut out = changes.to_vec();
+    for c in changes {
+        for w in layer::bytecode_whiteouts(c.path()) {
+            if !out.iter().any(|o| o.path() == w) {
+                out.push(Change::Whiteout(w));
+            }
+        }
+    }
+    out
+}
+
+/// The platform name of a single-manifest tag, from its config.
+fn platform_from_config(config: &Value) -> String {
+    let os = config
+        .get("os")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let arch = config
+        .get("architecture")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    match config.get("variant").and_then(Value::as_str) {
+        Some(v) => format!("{os}/{arch}/{v}"),
+        None => format!("{os}/{arch}"),
+    }
+}
+
+/// Plans one platform manifest: scans for what the patches read, lets each patch decide in
+/// turn on the view the previous ones left, and builds one layer per file patch (a config
+/// edit for an `env` patch), then the new config and manifest.
 async fn plan_platform(
-    reg: &Registry,
-    spec: &PatchSpec,
+    run: &Run,
     repo: &Repo,
     tag: &str,
     platform: String,
     manifest: Document,
 ) -> Result<PlatformPlan> {
+    let reg = &run.reg;
     let what = format!("{repo}@{}", manifest.digest);
     let family = match manifest.kind() {
         Some(Kind::Manifest(f)) => f,
@@ -352,341 +447,215 @@ async fn plan_platform(
     let config = reg
         .blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
         .await?;
+    let config_json: Value = serde_json::from_slice(&config)
+        .with_context(|| format!("config {} of {what} is not JSON", cfg_desc.digest))?;
     let platform = if platform.is_empty() {
-        let c: Value = serde_json::from_slice(&config)
-            .with_context(|| format!("config {} of {what} is not JSON", cfg_desc.digest))?;
-        let os = c.get("os").and_then(Value::as_str).unwrap_or("unknown");
-        let arch = c
-            .get("architecture")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        match c.get("variant").and_then(Value::as_str) {
-            Some(v) => format!("{os}/{arch}/{v}"),
-            None => format!("{os}/{arch}"),
-        }
+        platform_from_config(&config_json)
     } else {
         platform
     };
 
-    let wanted = Wanted {
-        target: spec.target.clone(),
-        companions: spec.guards.iter().map(|g| g.target.clone()).collect(),
-        package: spec.package.clone(),
-    };
+    let chosen: Vec<&Patch> = run
+        .patches
+        .iter()
+        .filter(|p| unselected(p, tag).is_none())
+        .collect();
+    let search = Search::of(chosen);
     let label = format!("{tag} {platform}");
-    let found = match find(reg, repo, &layers, &wanted, &label).await? {
-        Ok(f) => f,
-        Err((reason, layers_scanned, bytes_scanned)) => {
-            let mut p = refused(platform, manifest, reason, None);
-            p.layers_scanned = layers_scanned;
-            p.bytes_scanned = bytes_scanned;
-            return Ok(p);
-        }
-    };
-    let file = format!("/{}", found.entry.path);
-    match &found.entry.kind {
-        EntryKind::Regular => {}
-        EntryKind::Symlink(to) => {
-            return Ok(refused(
-                platform,
-                manifest,
-                format!("{file} is a symbolic link to {to:?}; links are refused, not followed"),
-                Some(&found),
-            ))
-        }
-        EntryKind::Hardlink(to) => {
-            return Ok(refused(
-                platform,
-                manifest,
-                format!("{file} is a hard link to {to:?}; links are refused, not followed"),
-                Some(&found),
-            ))
-        }
-        EntryKind::Other(k) => {
-            return Ok(refused(
-                platform,
-                manifest,
-                format!("{file} is a {k} entry, not a regular file"),
-                Some(&found),
-            ))
-        }
+    let descent = run
+        .layers
+        .scan_down(reg, repo, &layers, &search, 1, &label)
+        .await?;
+    if let Some(why) = &descent.refusal {
+        let mut p = refused(platform, manifest, why.clone());
+        p.layers_scanned = descent.layers_scanned;
+        p.bytes_scanned = descent.bytes_scanned;
+        return Ok(p);
     }
-    let version = version_of(spec, &found);
-    let decision = spec.decide(&found.entry.content);
+
+    let mut view = ScanView::new(&descent, config_json);
+    let mut steps = Vec::new();
+    let mut new_layers: Vec<NewLayer> = Vec::new();
+    let mut cur_config = config.clone();
+    let mut cur_manifest = manifest.clone();
+    let mut file: Option<String> = None;
+    let mut version: Option<String> = None;
+    let mut shape: Option<String> = None;
+    for patch in &run.patches {
+        let meta = patch.meta();
+        let mut step = PatchStep {
+            id: meta.id.clone(),
+            title: meta.title.clone(),
+            definition_digest: meta.definition_digest.clone(),
+            outcome: Outcome::NotAffected,
+            reason: String::new(),
+            layer: None,
+            files: Vec::new(),
+        };
+        if let Some(why) = unselected(patch, tag) {
+            step.reason = why;
+            steps.push(step);
+            continue;
+        }
+        if let Patch::Shapes(s) = patch {
+            // The file the built-in kind is about, for the report and the map.
+            if let Some(path) = view.find(&s.spec.target).first() {
+                file.get_or_insert_with(|| format!("/{path}"));
+                if version.is_none() {
+                    let root = path
+                        .strip_suffix(&s.spec.target)
+                        .unwrap_or("")
+                        .trim_end_matches('/');
+                    version = view.package_version(root, &s.spec.package);
+                }
+            }
+        }
+        let verdict = patch.decide(&view);
+        step.outcome = verdict.outcome();
+        match verdict {
+            Verdict::Patched {
+                changes,
+                config: edited,
+                notes,
+            } => {
+                let hidden = changes
+                    .iter()
+                    .filter(|c| matches!(c, Change::Whiteout(_)))
+                    .count();
+                let mut reason = notes.join("; ");
+                if let Some(s) = notes
+                    .first()
+                    .and_then(|n| n.split_once(": shape "))
+                    .and_then(|(_, r)| r.strip_suffix(" patched"))
+                {
+                    shape.get_or_insert_with(|| s.to_owned());
+                    if hidden > 0 {
+                        reason.push_str(&format!(", {hidden} stale .pyc hidden"));
+                    }
+                }
+                for c in &changes {
+                    let before = view
+                        .file(c.path())
+                        .ok()
+                        .flatten()
+                        .map(|e| crate::digest::sha256(&e.content));
+                    let after = match c {
+                        Change::Write(e) => Some(crate::digest::sha256(&e.content)),
+                        Change::Whiteout(_) => None,
+                    };
+                    if before.is_some() || after.is_some() {
+                        step.files.push(FileChange {
+                            path: format!("/{}", c.path()),
+                            before,
+                            after,
+                        });
+                    }
+                }
+                if let Some(first) = step.files.first() {
+                    file.get_or_insert_with(|| first.path.clone());
+                }
+                if !changes.is_empty() {
+                    let mtime = layer::parse_rfc3339(&meta.mtime).map_err(|e| anyhow!(e))?;
+                    let new_layer = layer::build_changes(
+                        &with_bytecode_whiteouts(&changes),
+                        mtime,
+                        family.layer_gzip(),
+                    )
+                    .with_context(|| format!("building the layer of {} for {what}", meta.id))?;
+                    let base_layers = layers.len() + new_layers.len();
+                    cur_config = rewrite::config_append(
+                        &cur_config,
+                        &cfg_desc.digest,
+                        &manifest.digest,
+                        &new_layer.diff_id,
+                        &meta.id,
+                        &meta.mtime,
+                        &meta.title,
+                        base_layers,
+                    )
+                    .map_err(|e| anyhow!(e))?;
+                    cur_manifest = rewrite::manifest_append(
+                        &cur_manifest,
+                        "",
+                        0,
+                        &new_layer.media_type,
+                        &new_layer.digest,
+                        new_layer.bytes.len() as u64,
+                    )
+                    .map_err(|e| anyhow!(e))?;
+                    step.layer = Some(new_layers.len());
+                    new_layers.push(new_layer);
+                }
+                if let Some(c) = edited {
+                    // The edit was made on the view's config, which is the current one.
+                    cur_config =
+                        rewrite::config_labelled(c, &cfg_desc.digest, &manifest.digest, &meta.id)
+                            .map_err(|e| anyhow!(e))?;
+                }
+                // The next patch decides on what this one left (its config included).
+                let now: Value = serde_json::from_slice(&cur_config)?;
+                view.apply(&changes, Some(&now));
+                step.reason = reason;
+            }
+            Verdict::AlreadyPatched { reason }
+            | Verdict::NotAffected { reason }
+            | Verdict::Refused { reason } => step.reason = reason,
+        }
+        steps.push(step);
+    }
+
+    let refusal = steps.iter().find(|s| s.outcome == Outcome::Refused);
+    let outcome = match refusal {
+        Some(_) => Outcome::Refused,
+        None => steps
+            .iter()
+            .map(|s| s.outcome)
+            .max()
+            .unwrap_or(Outcome::NotAffected),
+    };
+    // One patch: its reason as it is (as before stacking existed); several: each named.
+    let reason = match (refusal, steps.as_slice()) {
+        (_, [one]) => one.reason.clone(),
+        (Some(r), _) => format!("{}: {}", r.id, r.reason),
+        (None, all) => all
+            .iter()
+            .map(|s| format!("{}: {}", s.id, s.reason))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
     let mut plan = PlatformPlan {
         platform,
         original: manifest.clone(),
-        outcome: decision.outcome(),
-        reason: String::new(),
-        file: Some(file.clone()),
+        outcome,
+        reason,
+        file,
         version,
-        shape: None,
-        layers_scanned: found.layers_scanned,
-        bytes_scanned: found.bytes_scanned,
+        shape,
+        layers_scanned: descent.layers_scanned,
+        bytes_scanned: descent.bytes_scanned,
         new: None,
+        patches: steps,
         recorded_original: None,
     };
-    match decision {
-        Decision::AlreadyPatched => {
-            plan.reason = format!("{file} already carries patch {}", spec.id);
-            plan.recorded_original = rewrite::recorded_original(&config);
-        }
-        Decision::NotAffected { reason } => plan.reason = format!("{file}: {reason}"),
-        Decision::Refused { reason } => plan.reason = format!("{file}: {reason}"),
-        Decision::Patched { shape, bytes } => {
-            for guard in &spec.guards {
-                let hit = found
-                    .files
-                    .iter()
-                    .find(|(p, _)| scan::has_suffix(p, &guard.target));
-                if let Some((gpath, content)) = hit {
-                    if let Some(why) = spec.check_guard(guard, content) {
-                        plan.outcome = Outcome::Refused;
-                        plan.reason = format!("/{gpath}: {why}");
-                        return Ok(plan);
-                    }
-                }
-            }
-            let mtime = layer::new_mtime(
-                layer::parse_rfc3339(&spec.mtime).map_err(|e| anyhow!(e))?,
-                &found.entry,
-            );
-            let new_layer = layer::build(
-                &found.entry,
-                &bytes,
-                &found.pycs,
-                mtime,
-                family.layer_gzip(),
-            )
-            .with_context(|| format!("building the new layer for {what}"))?;
-            let new_config = rewrite::config_append(
-                &config,
-                &cfg_desc.digest,
-                &manifest.digest,
-                &new_layer.diff_id,
-                &spec.id,
-                &spec.mtime,
-                &spec.title,
-                layers.len(),
-            )
-            .map_err(|e| anyhow!(e))?;
-            let config_digest = crate::digest::sha256(&new_config);
-            let new_manifest = rewrite::manifest_append(
-                &manifest,
+    match outcome {
+        Outcome::Patched => {
+            let config_digest = crate::digest::sha256(&cur_config);
+            let new_manifest = rewrite::manifest_set_config(
+                &cur_manifest,
                 &config_digest,
-                new_config.len() as u64,
-                &new_layer.media_type,
-                &new_layer.digest,
-                new_layer.bytes.len() as u64,
+                cur_config.len() as u64,
             )
             .and_then(|m| rewrite::annotate_base(&m, &format!("{repo}:{tag}"), &manifest.digest))
             .map_err(|e| anyhow!(e))?;
-            plan.reason = format!(
-                "{file}: shape {shape} patched{}",
-                if found.pycs.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} stale .pyc hidden", found.pycs.len())
-                }
-            );
-            plan.shape = Some(shape);
             plan.new = Some(NewImage {
-                layer: new_layer,
-                config: new_config,
+                layers: new_layers,
+                config: cur_config,
                 config_digest,
                 manifest: new_manifest,
-                file_digests: (
-                    crate::digest::sha256(&found.entry.content),
-                    crate::digest::sha256(&bytes),
-                ),
             });
         }
+        Outcome::AlreadyPatched => plan.recorded_original = rewrite::recorded_original(&config),
+        _ => {}
     }
     Ok(plan)
-}
-
-/// Reads layers from the top down, with overlay semantics ([`scan::Descent`]), until
-/// `hits_needed` layers holding a visible target have been read, a layer or the overlay refuses
-/// the image, or the bottom. Registry and integrity failures are errors.
-pub async fn scan_down(
-    reg: &Registry,
-    repo: &Repo,
-    layers: &[Descriptor],
-    wanted: &Wanted,
-    hits_needed: usize,
-    label: &str,
-) -> Result<Descent> {
-    let mut descent = Descent::default();
-    for (index, desc) in layers.iter().enumerate().rev() {
-        let Some(compression) = layer_compression(&desc.media_type) else {
-            descent.refuse(format!(
-                "layer {} has media type {:?}, which this tool cannot read",
-                desc.digest, desc.media_type
-            ));
-            break;
-        };
-        let layer = layer_scan(reg, repo, desc, compression, wanted, label).await?;
-        if descent.push(index, layer, hits_needed) {
-            break;
-        }
-    }
-    Ok(descent)
-}
-
-/// Scans of layers already read in this run, by digest and what was looked for: platforms and
-/// tags that share a layer read it once (a platform arriving while another reads it waits).
-type ScanCell = Arc<tokio::sync::OnceCell<Arc<LayerScan>>>;
-static LAYER_SCANS: std::sync::OnceLock<std::sync::Mutex<HashMap<(String, String), ScanCell>>> =
-    std::sync::OnceLock::new();
-/// What the cached layer scans of this run keep in memory together.
-static KEPT_BY_RUN: Budget = Budget::new(scan::MAX_KEPT_PER_RUN);
-
-/// One layer's scan, from this run's cache or read now.
-async fn layer_scan(
-    reg: &Registry,
-    repo: &Repo,
-    desc: &Descriptor,
-    compression: media::Compression,
-    wanted: &Wanted,
-    label: &str,
-) -> Result<Arc<LayerScan>> {
-    let key = (
-        desc.digest.clone(),
-        format!(
-            "{}|{}|{}",
-            wanted.target,
-            wanted.package,
-            wanted.companions.join(",")
-        ),
-    );
-    let cell = {
-        let mut map = LAYER_SCANS
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        map.entry(key).or_default().clone()
-    };
-    let mut fresh = false;
-    let scan = cell
-        .get_or_try_init(|| async {
-            fresh = true;
-            // A cached scan holds its kept bytes like a fresh one: charged to the run, and
-            // read afresh (to be refused as such) when the run's budget cannot hold it.
-            if let Some(hit) = crate::scan_cache::load(desc, compression, wanted)
-                .filter(|h| KEPT_BY_RUN.take(h.kept).is_ok())
-            {
-                return Ok(Arc::new(hit));
-            }
-            let reader = reg.blob_reader(repo, desc).await?;
-            let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
-            let bar = crate::report::bar(format!("{label} {short}"), desc.size);
-            let bridge = crate::report::ProgressReader::new(SyncIoBridge::new(reader), bar);
-            let (d, w) = (desc.clone(), wanted.clone());
-            let layer = tokio::task::spawn_blocking(move || {
-                scan::scan_layer(bridge, &d, compression, &w, &KEPT_BY_RUN)
-            })
-            .await
-            .context("layer scan task failed")?
-            .with_context(|| format!("reading {repo}"))?;
-            tracing::debug!(
-                "{label}: read layer {} ({} bytes)",
-                desc.digest,
-                layer.compressed_bytes
-            );
-            crate::scan_cache::store(desc, compression, wanted, &layer);
-            Ok::<_, anyhow::Error>(Arc::new(layer))
-        })
-        .await?
-        .clone();
-    if !fresh {
-        tracing::debug!("{label}: layer {} already read in this run", desc.digest);
-    }
-    Ok(scan)
-}
-
-/// Keeps the visible `.pyc` files that belong to the module at `path`.
-pub fn pycs_of(pycs: &std::collections::BTreeSet<String>, path: &str) -> Vec<String> {
-    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
-    let prefix = format!("{dir}/__pycache__/");
-    pycs.iter()
-        .filter(|p| p.starts_with(&prefix))
-        .cloned()
-        .collect()
-}
-
-/// The single layer that decides what the container sees; `Err((reason, ..))` when none does
-/// or it is ambiguous.
-async fn find(
-    reg: &Registry,
-    repo: &Repo,
-    layers: &[Descriptor],
-    wanted: &Wanted,
-    label: &str,
-) -> Result<std::result::Result<Found, (String, usize, u64)>> {
-    let s = scan_down(reg, repo, layers, wanted, 1, label).await?;
-    if let Some(why) = s.refusal {
-        return Ok(Err((why, s.layers_scanned, s.bytes_scanned)));
-    }
-    let nothing = s.nothing_visible(&wanted.target);
-    let Some((index, targets)) = s.hits.into_iter().next() else {
-        return Ok(Err((nothing, s.layers_scanned, s.bytes_scanned)));
-    };
-    let mut paths: Vec<&str> = targets.iter().map(|t| t.path.as_str()).collect();
-    paths.dedup();
-    if paths.len() > 1 {
-        // A few are named: a hostile layer may hold thousands.
-        let more = match paths.len() {
-            n if n > 3 => format!(", and {} more", n - 3),
-            _ => String::new(),
-        };
-        return Ok(Err((
-            format!(
-                "layer {} holds {} copies of the target (/{}{more}); refusing to guess which one runs",
-                layers[index].digest,
-                paths.len(),
-                paths[..paths.len().min(3)].join(", /")
-            ),
-            s.layers_scanned,
-            s.bytes_scanned,
-        )));
-    }
-    let entry = targets
-        .last()
-        .cloned()
-        .ok_or_else(|| anyhow!("no target"))?;
-    let pycs = pycs_of(&s.pycs, &entry.path);
-    Ok(Ok(Found {
-        entry,
-        pycs,
-        files: s.files,
-        layers_scanned: s.layers_scanned,
-        bytes_scanned: s.bytes_scanned,
-    }))
-}
-
-/// The package version: the dist-info beside the package, else its `_version.py`, else any
-/// dist-info of that package that the scan saw.
-fn version_of(spec: &PatchSpec, found: &Found) -> Option<String> {
-    let path = &found.entry.path;
-    let root = path
-        .strip_suffix(&spec.target)
-        .map(|p| format!("{p}{}", spec.package))?;
-    let parent = root
-        .rsplit_once('/')
-        .map_or(String::new(), |(p, _)| p.to_owned());
-    let meta_prefix = if parent.is_empty() {
-        format!("{}-", spec.package)
-    } else {
-        format!("{parent}/{}-", spec.package)
-    };
-    let pick = |pred: &dyn Fn(&str) -> bool| {
-        found
-            .files
-            .iter()
-            .find(|(p, _)| pred(p))
-            .and_then(|(p, c)| scan::version_from_file(p, c))
-    };
-    pick(&|p| p.starts_with(&meta_prefix) && p.ends_with(".dist-info/METADATA"))
-        .or_else(|| pick(&|p| p == format!("{root}/_version.py")))
-        .or_else(|| pick(&|p| p.ends_with(".dist-info/METADATA")))
 }

@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 
 use crate::digest_map::ImageRecord;
 use crate::media::{Descriptor, Document, OCI_INDEX, OCI_MANIFEST};
-use crate::patch::PatchSpec;
 use crate::plan::ImagePlan;
 use crate::registry::{Registry, Repo};
 
@@ -98,16 +97,58 @@ impl Attachment {
     }
 }
 
-/// Builds the statement and its artifact for every patched platform of a plan.
-pub fn build(plan: &ImagePlan, spec: &PatchSpec) -> Result<Vec<Attachment>> {
+/// Builds the statement and its artifact for every patched platform of a plan. With one
+/// patch the statement names one layer and one file; stacked patches name each of theirs.
+pub fn build(plan: &ImagePlan) -> Result<Vec<Attachment>> {
     let mut out = Vec::new();
     for p in &plan.platforms {
         let Some(new) = &p.new else { continue };
-        let file = p
-            .file
-            .clone()
-            .ok_or_else(|| anyhow!("{} has a new layer but no file", p.platform))?;
-        let (file_before, file_after) = &new.file_digests;
+        let applied: Vec<&crate::plan::PatchStep> = p
+            .patches
+            .iter()
+            .filter(|s| s.outcome == crate::patch::Outcome::Patched)
+            .collect();
+        if applied.is_empty() {
+            return Err(anyhow!("{} is patched by no patch", p.platform));
+        }
+        let patches: Vec<Value> = applied
+            .iter()
+            .map(|s| json!({"id": s.id, "title": s.title, "digest": {"sha256": hex(&s.definition_digest)}}))
+            .collect();
+        let mut deps = vec![json!({
+            "name": "manifest",
+            "uri": purl(&plan.source, &p.original.digest),
+            "digest": {"sha256": hex(&p.original.digest)},
+            "mediaType": p.original.media_type,
+        })];
+        let mut byproducts = Vec::new();
+        for (i, layer) in new.layers.iter().enumerate() {
+            let mut annotations = json!({"diff_id": layer.diff_id});
+            if new.layers.len() > 1 {
+                if let Some(s) = applied.iter().find(|s| s.layer == Some(i)) {
+                    annotations["patch"] = Value::from(s.id.clone());
+                }
+            }
+            byproducts.push(json!({
+                "name": "layer",
+                "digest": {"sha256": hex(&layer.digest)},
+                "mediaType": layer.media_type,
+                "annotations": annotations,
+            }));
+        }
+        byproducts.push(json!({"name": "config", "digest": {"sha256": hex(&new.config_digest)}}));
+        for f in applied.iter().flat_map(|s| &s.files) {
+            if let Some(before) = &f.before {
+                if !deps.iter().any(|d| d["name"] == f.path.as_str()) {
+                    deps.push(json!({"name": f.path, "digest": {"sha256": hex(before)}}));
+                }
+            }
+            if let Some(after) = &f.after {
+                byproducts.retain(|b| b["name"] != f.path.as_str());
+                byproducts.push(json!({"name": f.path, "digest": {"sha256": hex(after)}}));
+            }
+        }
+        let ids: Vec<&str> = applied.iter().map(|s| s.id.as_str()).collect();
         let statement = json!({
             "_type": STATEMENT_TYPE,
             "subject": [{
@@ -124,46 +165,16 @@ pub fn build(plan: &ImagePlan, spec: &PatchSpec) -> Result<Vec<Attachment>> {
                         "source": format!("{}:{}", plan.source, plan.tag),
                         "target": format!("{}:{}", plan.target, plan.target_tag),
                         "platform": p.platform,
-                        "patches": [{
-                            "id": spec.id,
-                            "title": spec.title,
-                            "digest": {"sha256": hex(&spec.definition_digest)},
-                        }],
+                        "patches": patches,
                     },
-                    "resolvedDependencies": [
-                        {
-                            "name": "manifest",
-                            "uri": purl(&plan.source, &p.original.digest),
-                            "digest": {"sha256": hex(&p.original.digest)},
-                            "mediaType": p.original.media_type,
-                        },
-                        {
-                            "name": file,
-                            "digest": {"sha256": hex(file_before)},
-                        },
-                    ],
+                    "resolvedDependencies": deps,
                 },
                 "runDetails": {
                     "builder": {
                         "id": builder_id(),
                         "version": {"runner-patch": env!("CARGO_PKG_VERSION")},
                     },
-                    "byproducts": [
-                        {
-                            "name": "layer",
-                            "digest": {"sha256": hex(&new.layer.digest)},
-                            "mediaType": new.layer.media_type,
-                            "annotations": {"diff_id": new.layer.diff_id},
-                        },
-                        {
-                            "name": "config",
-                            "digest": {"sha256": hex(&new.config_digest)},
-                        },
-                        {
-                            "name": file,
-                            "digest": {"sha256": hex(file_after)},
-                        },
-                    ],
+                    "byproducts": byproducts,
                 },
             },
         });
@@ -187,7 +198,7 @@ pub fn build(plan: &ImagePlan, spec: &PatchSpec) -> Result<Vec<Attachment>> {
             },
             "annotations": {
                 PREDICATE_ANNOTATION: PREDICATE_TYPE,
-                crate::rewrite::PATCH_LABEL: spec.id,
+                crate::rewrite::PATCH_LABEL: ids.join(","),
                 ORIGINAL_ANNOTATION: p.original.digest,
             },
         });
@@ -806,7 +817,7 @@ mod tests {
         .expect("parse")
     }
 
-    fn plan() -> (ImagePlan, PatchSpec) {
+    fn plan() -> (ImagePlan, crate::patch::PatchSpec) {
         let spec = crate::patches::builtin()
             .expect("builtin")
             .into_iter()
@@ -836,15 +847,24 @@ mod tests {
             layers_scanned: 1,
             bytes_scanned: 1,
             new: Some(NewImage {
-                layer,
+                layers: vec![layer],
                 config: b"{}".to_vec(),
                 config_digest: format!("sha256:{}", "e".repeat(64)),
                 manifest: new.clone(),
-                file_digests: (
-                    format!("sha256:{}", "1".repeat(64)),
-                    format!("sha256:{}", "2".repeat(64)),
-                ),
             }),
+            patches: vec![crate::plan::PatchStep {
+                id: spec.id.clone(),
+                title: spec.title.clone(),
+                definition_digest: spec.definition_digest.clone(),
+                outcome: Outcome::Patched,
+                reason: String::new(),
+                layer: Some(0),
+                files: vec![crate::plan::FileChange {
+                    path: "/x/multi_connector.py".into(),
+                    before: Some(format!("sha256:{}", "1".repeat(64))),
+                    after: Some(format!("sha256:{}", "2".repeat(64))),
+                }],
+            }],
             recorded_original: None,
         };
         let plan = ImagePlan {
@@ -867,8 +887,8 @@ mod tests {
     #[test]
     fn statement_names_every_digest_and_is_reproducible() {
         let (plan, spec) = plan();
-        let a = build(&plan, &spec).expect("build");
-        let b = build(&plan, &spec).expect("build");
+        let a = build(&plan).expect("build");
+        let b = build(&plan).expect("build");
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].statement, b[0].statement, "same input, same statement");
         assert_eq!(a[0].manifest.digest, b[0].manifest.digest);
@@ -886,7 +906,7 @@ mod tests {
         );
         assert_eq!(
             sha_of(find_named(deps, "/x/multi_connector.py")),
-            Some(new.file_digests.0.clone())
+            Some(format!("sha256:{}", "1".repeat(64)))
         );
         assert_eq!(
             sha_of(Some(&bd["externalParameters"]["patches"][0])),
@@ -895,7 +915,7 @@ mod tests {
         let by = &st["predicate"]["runDetails"]["byproducts"];
         assert_eq!(
             sha_of(find_named(by, "layer")),
-            Some(new.layer.digest.clone())
+            Some(new.layers[0].digest.clone())
         );
         assert_eq!(
             sha_of(find_named(by, "config")),
@@ -903,7 +923,7 @@ mod tests {
         );
         assert_eq!(
             sha_of(find_named(by, "/x/multi_connector.py")),
-            Some(new.file_digests.1.clone())
+            Some(format!("sha256:{}", "2".repeat(64)))
         );
         let text = String::from_utf8(a[0].statement.clone()).expect("utf8");
         for timey in ["startedOn", "finishedOn", "invocationId"] {

@@ -237,15 +237,17 @@ pub async fn push(reg: &Registry, plan: &ImagePlan, opts: PushOptions<'_>) -> Re
                             .with_context(|| format!("copying {} layers", p.platform))?;
                     }
                 }
-                put_new_blob(
-                    reg,
-                    target,
-                    &new.layer.digest,
-                    &new.layer.bytes,
-                    &mut seen,
-                    &mut rep,
-                )
-                .await?;
+                for layer in &new.layers {
+                    put_new_blob(
+                        reg,
+                        target,
+                        &layer.digest,
+                        &layer.bytes,
+                        &mut seen,
+                        &mut rep,
+                    )
+                    .await?;
+                }
                 put_new_blob(
                     reg,
                     target,

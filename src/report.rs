@@ -14,6 +14,32 @@ pub fn init(show: bool) {
         && std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
     let _ = BARS.set(on.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())));
+    if on {
+        crate::progress::listen(std::sync::Arc::new(Bars));
+    }
+}
+
+/// The library's progress, drawn as one bar per task.
+struct Bars;
+
+impl crate::progress::Listener for Bars {
+    fn start(&self, label: String, total: u64) -> Box<dyn crate::progress::Task> {
+        Box::new(BarTask(bar(label, total)))
+    }
+}
+
+struct BarTask(ProgressBar);
+
+impl crate::progress::Task for BarTask {
+    fn advance(&mut self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+impl Drop for BarTask {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
 }
 
 /// The shared bar container, for log output that must not tear the bars.

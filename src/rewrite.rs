@@ -94,6 +94,18 @@ pub fn config_append(
     } else {
         return Err(format!("config {config_digest}: history is not a list"));
     }
+    label_patch(obj, config_digest, original_manifest, patch_id)?;
+    serde_json::to_vec(&v).map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+}
+
+/// Adds `patch_id` to the patch label (once) and names the original manifest (the first one
+/// stays: a later patch on a patched image keeps naming the unpatched one).
+fn label_patch(
+    obj: &mut Map<String, Value>,
+    config_digest: &str,
+    original_manifest: &str,
+    patch_id: &str,
+) -> Result<(), String> {
     let cfg = obj
         .entry("config")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -118,11 +130,37 @@ pub fn config_append(
         _ => patch_id.to_owned(),
     };
     labels.insert(PATCH_LABEL.to_owned(), Value::String(value));
-    // The first original stays: a later patch on a patched image keeps naming the unpatched one.
     labels
         .entry(ORIGINAL_LABEL)
         .or_insert_with(|| Value::String(original_manifest.to_owned()));
-    serde_json::to_vec(&v).map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+    Ok(())
+}
+
+/// Labels a config a patch edited without a layer (an `env` patch, which appended its own
+/// `empty_layer` history entry): the patch label and the original.
+pub fn config_labelled(
+    mut config: Value,
+    config_digest: &str,
+    original_manifest: &str,
+    patch_id: &str,
+) -> Result<Vec<u8>, String> {
+    let obj = config
+        .as_object_mut()
+        .ok_or_else(|| format!("config {config_digest} is not a JSON object"))?;
+    label_patch(obj, config_digest, original_manifest, patch_id)?;
+    serde_json::to_vec(&config)
+        .map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+}
+
+/// The patch ids a config's label lists, in the order they were applied.
+pub fn patches_of(config: &Value) -> Vec<String> {
+    config["config"]["Labels"][PATCH_LABEL]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Points a manifest at the new config and appends the new layer descriptor.
@@ -147,6 +185,22 @@ pub fn manifest_append(
         .and_then(Value::as_array_mut)
         .ok_or_else(|| format!("{what} has no layers list"))?;
     layers.push(json!({"mediaType": layer_media_type, "size": layer_size, "digest": layer_digest}));
+    Ok(Document::from_value(v, &manifest.media_type))
+}
+
+/// Points a manifest at a config (the last step of stacking several patches' layers).
+pub fn manifest_set_config(
+    manifest: &Document,
+    config_digest: &str,
+    config_size: u64,
+) -> Result<Document, String> {
+    let mut v = manifest.json.clone();
+    let cfg = v
+        .get_mut("config")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| format!("manifest {} has no config descriptor", manifest.digest))?;
+    cfg.insert("digest".into(), Value::String(config_digest.to_owned()));
+    cfg.insert("size".into(), Value::from(config_size));
     Ok(Document::from_value(v, &manifest.media_type))
 }
 

@@ -34,13 +34,15 @@ const INDEX_ENTRY: u64 = 8;
 /// What to look for, as path suffixes matched on whole components.
 #[derive(Debug, Clone)]
 pub struct Wanted {
-    /// The file to patch, e.g. `vllm/distributed/.../multi_connector.py`.
-    pub target: String,
-    /// Small files read for their content (guards), by suffix.
+    /// Files whose entries (header and content) are kept, e.g.
+    /// `vllm/distributed/.../multi_connector.py`: the files patches read or write, guards and
+    /// the anchors that locate a package.
+    pub targets: Vec<String>,
+    /// Small files read for their content only, by suffix.
     pub companions: Vec<String>,
-    /// Distribution name whose version files are collected (`<pkg>-*.dist-info/METADATA`,
+    /// Distribution names whose version files are collected (`<pkg>-*.dist-info/METADATA`,
     /// `<pkg>/_version.py`).
-    pub package: String,
+    pub packages: Vec<String>,
 }
 
 /// The kind of a tar entry found at a wanted path.
@@ -368,19 +370,33 @@ fn split_parent(path: &str) -> (&str, &str) {
 }
 
 impl Wanted {
-    fn target_dir_and_stem(&self) -> (&str, &str) {
-        let (dir, name) = split_parent(&self.target);
-        (dir, name.strip_suffix(".py").unwrap_or(name))
+    /// One wanted file, as `Wanted` for a single target (the built-in patch's scan).
+    pub fn single(target: &str, package: &str) -> Self {
+        Wanted {
+            targets: vec![target.to_owned()],
+            companions: Vec::new(),
+            packages: vec![package.to_owned()],
+        }
     }
 
+    /// Whether `path` is one of the wanted files.
+    pub fn is_target(&self, path: &str) -> bool {
+        self.targets.iter().any(|t| has_suffix(path, t))
+    }
+
+    /// Compiled bytecode of a wanted Python module (`<dir>/__pycache__/<stem>.*.pyc`).
     fn is_pyc(&self, path: &str) -> bool {
         let (dir, name) = split_parent(path);
         let (cache_parent, cache) = split_parent(dir);
-        let (tdir, stem) = self.target_dir_and_stem();
-        cache == "__pycache__"
-            && has_suffix(cache_parent, tdir)
-            && name.starts_with(&format!("{stem}."))
-            && name.ends_with(".pyc")
+        if cache != "__pycache__" || !name.ends_with(".pyc") {
+            return false;
+        }
+        self.targets.iter().any(|t| {
+            let (tdir, tname) = split_parent(t);
+            tname.strip_suffix(".py").is_some_and(|stem| {
+                has_suffix(cache_parent, tdir) && name.starts_with(&format!("{stem}."))
+            })
+        })
     }
 
     fn is_kept_file(&self, path: &str) -> bool {
@@ -389,10 +405,12 @@ impl Wanted {
         }
         let (dir, name) = split_parent(path);
         let (_, dirname) = split_parent(dir);
-        (name == "METADATA"
-            && dirname.starts_with(&format!("{}-", self.package))
-            && dirname.ends_with(".dist-info"))
-            || (name == "_version.py" && dirname == self.package)
+        self.packages.iter().any(|package| {
+            (name == "METADATA"
+                && dirname.starts_with(&format!("{package}-"))
+                && dirname.ends_with(".dist-info"))
+                || (name == "_version.py" && dirname == package)
+        })
     }
 }
 
@@ -648,8 +666,12 @@ fn scan_tar<R: Read>(
         keeper.give_back(keeper.kept);
         return Ok(());
     }
-    if !scan.targets.is_empty() {
-        // A top-down scan stops at a layer holding the target: nothing below needs its index.
+    let holds_all = wanted
+        .targets
+        .iter()
+        .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
+    if holds_all {
+        // A top-down scan stops at a layer holding every target: nothing below needs its index.
         keeper.give_back(scan.non_dirs.len() as u64 * INDEX_ENTRY);
         scan.non_dirs = Vec::new();
     } else {
@@ -727,7 +749,7 @@ fn scan_entries<R: Read>(
             scan.non_dirs
                 .push(index_key(&path) | NodeKind::of(etype).code());
         }
-        if has_suffix(&path, &wanted.target) {
+        if wanted.is_target(&path) {
             let header = entry.header();
             let kind = match etype {
                 tar::EntryType::Regular | tar::EntryType::Continuous => EntryKind::Regular,
@@ -822,6 +844,10 @@ fn read_kept<R: Read>(
 #[derive(Debug, Default)]
 pub struct Descent {
     overlay: Overlay,
+    /// The wanted suffixes (empty: every target is one class, as for a single target).
+    targets: Vec<String>,
+    /// The suffixes whose top-most visible copies end the walk (empty: any target does).
+    anchors: Vec<String>,
     /// (index in the manifest, the visible target entries of that layer), top-most first.
     pub hits: Vec<(usize, Vec<FileEntry>)>,
     /// Visible `.pyc` files of the target's module, seen in any layer read.
@@ -839,13 +865,70 @@ pub struct Descent {
 }
 
 impl Descent {
+    /// A walk looking for `targets` that may stop once every one of `anchors` has been seen
+    /// visible (in as many layers as [`Descent::push`] is told).
+    pub fn new(targets: &[String], anchors: &[String]) -> Self {
+        Descent {
+            targets: targets.to_vec(),
+            anchors: anchors.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// The wanted suffix a path answers to (for a walk with no list: all one class).
+    fn class_of<'a>(&'a self, path: &str) -> Option<&'a str> {
+        self.targets
+            .iter()
+            .find(|t| has_suffix(path, t))
+            .map(String::as_str)
+    }
+
+    /// Whether a visible copy of what `path` answers to was found in a layer above.
+    fn seen_above(&self, path: &str) -> bool {
+        let class = self.class_of(path);
+        self.hits
+            .iter()
+            .flat_map(|(_, v)| v)
+            .any(|h| self.class_of(&h.path) == class)
+    }
+
+    /// Whether every anchor has visible copies in `needed` layers (with no anchors: any
+    /// target in `needed` layers).
+    fn anchored(&self, needed: usize) -> bool {
+        if self.anchors.is_empty() {
+            return self.hits.len() >= needed;
+        }
+        self.anchors.iter().all(|a| {
+            self.hits
+                .iter()
+                .filter(|(_, v)| v.iter().any(|h| has_suffix(&h.path, a)))
+                .count()
+                >= needed
+        })
+    }
+
+    /// The visible entries of the top-most layer holding a copy of `suffix` (the copies a
+    /// container sees; lower ones are older copies of the same file or other installs).
+    pub fn visible(&self, suffix: &str) -> Vec<&FileEntry> {
+        self.hits
+            .iter()
+            .map(|(_, v)| {
+                v.iter()
+                    .filter(|h| has_suffix(&h.path, suffix))
+                    .collect::<Vec<_>>()
+            })
+            .find(|v| !v.is_empty())
+            .unwrap_or_default()
+    }
+
     /// Stops the walk with a refusal.
     pub fn refuse(&mut self, why: String) {
         self.refusal = Some(why);
     }
 
     /// Lays the next lower layer (`index` in the manifest) under those read; returns true when
-    /// the walk is over: a refusal, or `hits_needed` layers holding a visible target.
+    /// the walk is over: a refusal, or `hits_needed` layers holding a visible copy of each
+    /// anchor.
     ///
     /// A copy of the target hidden by a non-directory ancestor (a symlink, a file, a link, a
     /// device) in a higher layer refuses the image when no visible copy was found above it:
@@ -863,7 +946,7 @@ impl Descent {
         for t in &layer.targets {
             match self.overlay.hider(&t.path) {
                 None => visible.push(t.clone()),
-                Some(h) if self.hits.is_empty() => {
+                Some(h) if !self.seen_above(&t.path) => {
                     if let HiddenBy::NonDir(_) = h.by {
                         self.refusal = Some(format!(
                             "/{} (layer {}) is shadowed by {h}: the container does not see it; refusing rather than patching through it",
@@ -891,7 +974,7 @@ impl Descent {
         self.overlay.absorb(layer);
         if !visible.is_empty() {
             self.hits.push((index, visible));
-            return self.hits.len() >= hits_needed;
+            return self.anchored(hits_needed);
         }
         false
     }
@@ -938,9 +1021,9 @@ mod tests {
 
     fn wanted() -> Wanted {
         Wanted {
-            target: T.into(),
+            targets: vec![T.into()],
             companions: vec!["vllm_ascend/x.py".into()],
-            package: "vllm".into(),
+            packages: vec!["vllm".into()],
         }
     }
 

@@ -63,15 +63,19 @@ fn dir() -> Option<&'static Path> {
 
 /// What was looked for and by which build, as one string: two scans with the same key find
 /// the same things.
-fn wanted_key(wanted: &Wanted) -> String {
-    let mut companions = wanted.companions.clone();
-    companions.sort();
+pub fn wanted_key(wanted: &Wanted) -> String {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v.dedup();
+        v.join(",")
+    };
     format!(
-        "tool={}\ntarget={}\npackage={}\ncompanions={}",
+        "tool={}\ntargets={}\npackages={}\ncompanions={}",
         crate::cli::VERSION,
-        wanted.target,
-        wanted.package,
-        companions.join(",")
+        sorted(&wanted.targets),
+        sorted(&wanted.packages),
+        sorted(&wanted.companions)
     )
 }
 
@@ -355,9 +359,9 @@ mod tests {
 
     fn wanted(target: &str) -> Wanted {
         Wanted {
-            target: target.into(),
+            targets: vec![target.into()],
             companions: vec!["b.py".into(), "a.py".into()],
-            package: "vllm".into(),
+            packages: vec!["vllm".into()],
         }
     }
 

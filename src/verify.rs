@@ -3,18 +3,16 @@
 //! there unchanged and in order, and the config differs from the original only by the appended
 //! diff_id, history entry and label. Nothing here trusts how the image was made.
 
-use std::io::Read;
-
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 
 use crate::digest::HashingReader;
 use crate::media::{self, Descriptor, Document, Family, Kind};
-use crate::patch::{Decision, PatchSpec};
-use crate::plan::{pycs_of, scan_down};
+use crate::patch::{Decision, Patch, Verdict};
 use crate::registry::{Registry, Repo};
 use crate::rewrite::{ORIGINAL_LABEL, PATCH_LABEL};
-use crate::scan::{self, EntryKind, Wanted};
+use crate::scan::{self, EntryKind};
+use crate::view::{pycs_of, Layers, ScanView, Search};
 
 /// The outcome for one platform: what was found wrong (empty when it verifies).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -31,47 +29,41 @@ pub struct PlatformCheck {
     pub seen: crate::provenance::Seen,
 }
 
-/// Reads the added layer (small) whole, verified, and lists its entries.
+/// An added layer (small) read whole, verified, with its entries.
 struct AddedLayer {
     diff_id: String,
-    target: Option<(String, Vec<u8>)>,
-    /// Entries that are neither the target nor whiteouts.
-    others: Vec<String>,
+    /// Paths of entries that are not whiteouts.
+    files: Vec<String>,
 }
 
-async fn read_added(
-    reg: &Registry,
-    repo: &Repo,
-    desc: &Descriptor,
-    wanted: &Wanted,
-) -> Result<AddedLayer> {
+async fn read_added(reg: &Registry, repo: &Repo, desc: &Descriptor) -> Result<AddedLayer> {
     let blob = reg.blob_get_small(repo, desc, 16 * 1024 * 1024).await?;
     let mut gz = HashingReader::new(flate2::read::MultiGzDecoder::new(&blob[..]));
-    let mut target = None;
-    let mut others = Vec::new();
+    let mut files = Vec::new();
     {
         let mut ar = tar::Archive::new(&mut gz);
         for e in ar.entries()? {
             let mut e = e?;
             let path = scan::normalize(&e.path()?.to_string_lossy());
             let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-            if name.starts_with(".wh.") {
-                continue;
-            } else if scan::has_suffix(&path, &wanted.target) && e.header().entry_type().is_file() {
-                let mut c = Vec::new();
-                e.read_to_end(&mut c)?;
-                target = Some((path, c));
-            } else {
-                others.push(path);
+            if !name.starts_with(".wh.") {
+                files.push(path);
             }
+            std::io::copy(&mut e, &mut std::io::sink())?;
         }
     }
     let (diff_id, _) = gz.finish()?;
-    Ok(AddedLayer {
-        diff_id,
-        target,
-        others,
-    })
+    Ok(AddedLayer { diff_id, files })
+}
+
+/// Whether a history entry was written by this tool (a layer, or an `env` edit): its patch
+/// id and whether it is `empty_layer`.
+fn ours(h: &Value) -> Option<(&str, bool)> {
+    let by = h.get("created_by")?.as_str()?;
+    let id = by.strip_prefix("runner-patch: ")?;
+    let id = id.split(' ').next().unwrap_or(id);
+    let empty = h.get("empty_layer").and_then(Value::as_bool) == Some(true);
+    Some((id, empty))
 }
 
 /// The first JSON path where two values differ, for a readable problem.
@@ -104,11 +96,28 @@ fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
     }
 }
 
+/// What a verify run checks images against: the patches asked for (each must be on every
+/// image), every patch it knows (to check the others a label names), and the run's layers.
+pub struct Checks {
+    pub requested: Vec<Patch>,
+    pub known: Vec<Patch>,
+    pub layers: Layers,
+}
+
+impl Checks {
+    fn find(&self, id: &str) -> Option<&Patch> {
+        self.requested
+            .iter()
+            .chain(&self.known)
+            .find(|p| p.meta().id == id)
+    }
+}
+
 /// Verifies one platform manifest of `repo`; `original` is the manifest it was made from (and
 /// the repository holding it), when a digest map says so.
 pub async fn verify_platform(
     reg: &Registry,
-    spec: &PatchSpec,
+    checks: &Checks,
     repo: &Repo,
     platform: String,
     manifest: &Document,
@@ -144,39 +153,6 @@ pub async fn verify_platform(
         .map(|(i, l)| Descriptor::from_json(l, &format!("manifest {what} layers[{i}]")))
         .collect::<Result<_, _>>()
         .map_err(|e| anyhow!(e))?;
-    if layers.len() < 2 {
-        check.problems.push(format!(
-            "{what} has {} layer(s); a patched image has its original layers plus one",
-            layers.len()
-        ));
-        return Ok(check);
-    }
-    let wanted = Wanted {
-        target: spec.target.clone(),
-        companions: Vec::new(),
-        package: spec.package.clone(),
-    };
-    let added_desc = &layers[layers.len() - 1];
-    if added_desc.media_type != family.layer_gzip() {
-        problems.push(format!(
-            "the last layer's media type {:?} is not the {} gzip layer type",
-            added_desc.media_type,
-            if family == Family::Docker {
-                "Docker"
-            } else {
-                "OCI"
-            }
-        ));
-    }
-    let added = read_added(reg, repo, added_desc, &wanted).await?;
-    if !added.others.is_empty() {
-        problems.push(format!(
-            "the patch layer holds unexpected entries: /{}",
-            added.others.join(", /")
-        ));
-    }
-
-    // Config: the appended diff_id, history entry and label.
     let cfg_desc = Descriptor::from_json(
         manifest.json.get("config").unwrap_or(&Value::Null),
         &format!("manifest {what} config"),
@@ -186,6 +162,64 @@ pub async fn verify_platform(
         &reg.blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
             .await?,
     )?;
+
+    // The patches the label names, in order; every patch asked for must be among them.
+    let label = config["config"]["Labels"][PATCH_LABEL]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let named = crate::rewrite::patches_of(&config);
+    for p in &checks.requested {
+        if !named.iter().any(|n| *n == p.meta().id) {
+            problems.push(format!("label {PATCH_LABEL} does not name {}", p.meta().id));
+        }
+    }
+    let mut expected: Vec<&Patch> = Vec::new();
+    for id in &named {
+        match checks.find(id) {
+            Some(p) => expected.push(p),
+            None => problems.push(format!(
+                "label {PATCH_LABEL} names patch {id}, which this run does not know (give it with --patch)"
+            )),
+        }
+    }
+    for p in &checks.requested {
+        if !expected.iter().any(|e| e.meta().id == p.meta().id) {
+            expected.push(p);
+        }
+    }
+
+    // The history this tool appended, from the end: one entry per layer, `env` edits empty.
+    let history = config["history"].as_array().cloned().unwrap_or_default();
+    let tail: Vec<(String, bool)> = history
+        .iter()
+        .rev()
+        .map_while(|h| ours(h).map(|(id, empty)| (id.to_owned(), empty)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let last_id = named
+        .last()
+        .cloned()
+        .or_else(|| checks.requested.last().map(|p| p.meta().id.clone()))
+        .unwrap_or_default();
+    if history.last().and_then(ours).is_none() {
+        problems.push(format!(
+            "the config's last history entry is not \"runner-patch: {last_id}\""
+        ));
+    }
+    let layered: Vec<&String> = tail.iter().filter(|(_, e)| !*e).map(|(id, _)| id).collect();
+    let added_count = layered.len().min(layers.len());
+    let first_added = layers.len() - added_count;
+    let wants_layer = expected.iter().any(|p| !matches!(p, Patch::Env(_)));
+    if wants_layer && added_count == 0 {
+        problems.push(format!(
+            "{what} has no layer of this tool on top (its history ends without one)"
+        ));
+    }
+
+    // Each added layer: the family's gzip type, only the files its patch writes, its diff_id.
     let diff_ids = config["rootfs"]["diff_ids"]
         .as_array()
         .cloned()
@@ -197,32 +231,65 @@ pub async fn verify_platform(
             layers.len()
         ));
     }
-    if diff_ids.last().and_then(Value::as_str) != Some(added.diff_id.as_str()) {
-        problems.push(format!(
-            "the config's last diff_id is not the patch layer's ({})",
-            added.diff_id
-        ));
-    }
-    let created_by = format!("runner-patch: {}", spec.id);
-    let history = config["history"].as_array().cloned().unwrap_or_default();
-    if history
-        .last()
-        .and_then(|h| h.get("created_by"))
-        .and_then(Value::as_str)
-        != Some(created_by.as_str())
-    {
-        problems.push(format!(
-            "the config's last history entry is not \"{created_by}\""
-        ));
-    }
-    let label = config["config"]["Labels"][PATCH_LABEL]
-        .as_str()
-        .unwrap_or_default();
-    if !label.split(',').any(|p| p == spec.id) {
-        problems.push(format!("label {PATCH_LABEL} does not name {}", spec.id));
+    let mut added_ids = Vec::new();
+    let mut added_files: Vec<String> = Vec::new();
+    for (n, desc) in layers[first_added..].iter().enumerate() {
+        let id = layered[n];
+        if desc.media_type != family.layer_gzip() {
+            problems.push(format!(
+                "the last layer's media type {:?} is not the {} gzip layer type",
+                desc.media_type,
+                if family == Family::Docker {
+                    "Docker"
+                } else {
+                    "OCI"
+                }
+            ));
+        }
+        let added = read_added(reg, repo, desc).await?;
+        let writes = checks
+            .find(id)
+            .map(|p| p.kind().writes())
+            .unwrap_or_default();
+        let stray: Vec<&String> = added
+            .files
+            .iter()
+            .filter(|f| !writes.iter().any(|w| scan::has_suffix(f, w)))
+            .collect();
+        if !stray.is_empty() && checks.find(id).is_some() {
+            problems.push(format!(
+                "the patch layer holds unexpected entries: /{}",
+                stray
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", /")
+            ));
+        }
+        if let Some(Patch::Shapes(s)) = checks.find(id) {
+            if !added
+                .files
+                .iter()
+                .any(|f| scan::has_suffix(f, &s.spec.target))
+            {
+                problems.push(format!(
+                    "the last layer holds no {}",
+                    s.spec.target_file_name()
+                ));
+            }
+        }
+        if diff_ids.get(first_added + n).and_then(Value::as_str) != Some(added.diff_id.as_str()) {
+            problems.push(format!(
+                "the config's last diff_id is not the patch layer's ({})",
+                added.diff_id
+            ));
+        }
+        added_files.extend(added.files);
+        added_ids.push(added.diff_id);
     }
 
-    // Against the original: same layers in the same order, config equal but for the appendix.
+    // Against the original: same layers in the same order, config equal but for what the
+    // patches applied since it appended.
     if let Some((orig_repo, orig)) = original {
         if orig.media_type != manifest.media_type {
             problems.push(format!(
@@ -242,9 +309,25 @@ pub async fn verify_platform(
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        if nl.len() != ol.len() + 1 {
+        let ocd = Descriptor::from_json(
+            orig.json.get("config").unwrap_or(&Value::Null),
+            "original config",
+        )
+        .map_err(|e| anyhow!(e))?;
+        let mut expect: Value = serde_json::from_slice(
+            &reg.blob_get_small(orig_repo, &ocd, media::CONFIG_MAX_BYTES)
+                .await?,
+        )?;
+        let before = crate::rewrite::patches_of(&expect);
+        let new_ids: Vec<&String> = named.iter().filter(|n| !before.contains(n)).collect();
+        let new_layers = new_ids
+            .iter()
+            .filter(|id| !matches!(checks.find(id), Some(Patch::Env(_))))
+            .count()
+            .max(usize::from(new_ids.is_empty() && wants_layer));
+        if nl.len() != ol.len() + new_layers {
             problems.push(format!(
-                "{} layers, but the original has {} (+1 expected)",
+                "{} layers, but the original has {} (+{new_layers} expected)",
                 nl.len(),
                 ol.len()
             ));
@@ -255,25 +338,45 @@ pub async fn verify_platform(
                 nl[i]["digest"], ol[i]["digest"]
             ));
         }
-        let ocd = Descriptor::from_json(
-            orig.json.get("config").unwrap_or(&Value::Null),
-            "original config",
-        )
-        .map_err(|e| anyhow!(e))?;
-        let mut expect: Value = serde_json::from_slice(
-            &reg.blob_get_small(orig_repo, &ocd, media::CONFIG_MAX_BYTES)
-                .await?,
-        )?;
-        if let Some(d) = expect["rootfs"]["diff_ids"].as_array_mut() {
-            d.push(Value::String(added.diff_id.clone()));
-        }
-        if let (Some(h), Some(last)) = (expect["history"].as_array_mut(), history.last()) {
-            h.push(last.clone());
+        // Replay what the run added: each env edit as the patch makes it, each layer's
+        // diff_id and history entry as the image holds them.
+        let mut layer_entries = history
+            .iter()
+            .filter(|h| ours(h).is_some_and(|(_, empty)| !empty))
+            .rev()
+            .take(new_layers)
+            .cloned()
+            .collect::<Vec<_>>();
+        layer_entries.reverse();
+        let mut next_layer = added_ids.len().saturating_sub(new_layers);
+        let mut entries = layer_entries.into_iter();
+        for id in &new_ids {
+            match checks.find(id) {
+                Some(Patch::Env(e)) => match e.edit_config(&expect) {
+                    Ok(Some(v)) => expect = v,
+                    Ok(None) => {}
+                    Err(why) => problems.push(format!("patch {id}: {why}")),
+                },
+                _ => {
+                    if let (Some(d), Some(list)) = (
+                        added_ids.get(next_layer),
+                        expect["rootfs"]["diff_ids"].as_array_mut(),
+                    ) {
+                        list.push(Value::String(d.clone()));
+                    }
+                    next_layer += 1;
+                    if let (Some(h), Some(list)) =
+                        (entries.next(), expect["history"].as_array_mut())
+                    {
+                        list.push(h);
+                    }
+                }
+            }
         }
         if expect["config"]["Labels"].is_null() {
             expect["config"]["Labels"] = Value::Object(Default::default());
         }
-        expect["config"]["Labels"][PATCH_LABEL] = Value::String(label.to_owned());
+        expect["config"]["Labels"][PATCH_LABEL] = Value::String(label.clone());
         // A patched config names its original manifest (the first one, when patches stack);
         // a wrong value shows as a difference at that label.
         if config["config"]["Labels"].get(ORIGINAL_LABEL).is_some()
@@ -295,30 +398,95 @@ pub async fn verify_platform(
         }
     }
 
-    // What the container sees: the top-most copy, and no visible stale bytecode beneath it.
-    // A shadowed copy (an upper symlink, file or whiteout at an ancestor) is named by the
-    // refusal or by what hides it.
-    let scanned = scan_down(reg, repo, &layers, &wanted, 2, &check.platform).await?;
+    // What the container sees: every patch the image names finds its work done there, and
+    // no stale bytecode of a file written on top is visible.
+    let search = Search::of(expected.iter().copied());
+    let scanned = checks
+        .layers
+        .scan_down(reg, repo, &layers, &search, 2, &check.platform)
+        .await?;
     if let Some(why) = &scanned.refusal {
         problems.push(why.clone());
     }
-    match scanned.hits.first() {
+    for p in &expected {
+        if let Patch::Shapes(s) = p {
+            shapes_seen(
+                &scanned,
+                &s.spec,
+                first_added,
+                layers.len(),
+                &mut check,
+                &mut problems,
+            );
+            continue;
+        }
+        if scanned.refusal.is_some() {
+            continue;
+        }
+        let view = ScanView::new(&scanned, config.clone());
+        match p.decide(&view) {
+            Verdict::AlreadyPatched { .. } => {}
+            other => problems.push(format!(
+                "the image does not carry what patch {} makes ({}: {})",
+                p.meta().id,
+                other.outcome(),
+                other.reason()
+            )),
+        }
+    }
+    for f in &added_files {
+        for pyc in pycs_of(&scanned.pycs, f) {
+            let problem = format!("stale bytecode /{pyc} is visible");
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+    }
+    check.problems = problems;
+    Ok(check)
+}
+
+/// The checks of a `shapes` patch on what the scan saw (as before stacking existed): the
+/// top-most copy comes from an added layer, has the patched shape, has no other copy below it
+/// that the patch does not cover, and no visible stale bytecode.
+fn shapes_seen(
+    scanned: &scan::Descent,
+    spec: &crate::patch::PatchSpec,
+    first_added: usize,
+    layer_count: usize,
+    check: &mut PlatformCheck,
+    problems: &mut Vec<String>,
+) {
+    let hits: Vec<(usize, Vec<&scan::FileEntry>)> = scanned
+        .hits
+        .iter()
+        .map(|(i, v)| {
+            (
+                *i,
+                v.iter()
+                    .filter(|e| scan::has_suffix(&e.path, &spec.target))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    match hits.first() {
         None if scanned.refusal.is_some() => {}
         None => problems.push(scanned.nothing_visible(&spec.target)),
         Some((index, entries)) => {
-            let entry = &entries[entries.len() - 1];
+            let entry = entries[entries.len() - 1];
             check.file = Some(format!("/{}", entry.path));
             check.seen.file = check.file.clone();
-            if *index == layers.len() - 1 {
+            let on_top = *index >= first_added && *index < layer_count;
+            if on_top {
                 check.seen.patched_file = Some(crate::digest::sha256(&entry.content));
             }
-            check.seen.original_file = scanned
-                .hits
+            check.seen.original_file = hits
                 .get(1)
                 .and_then(|(_, lower)| lower.iter().rev().find(|l| l.path == entry.path))
                 .filter(|l| l.kind == EntryKind::Regular)
                 .map(|l| crate::digest::sha256(&l.content));
-            if *index != layers.len() - 1 {
+            if !on_top {
                 problems.push(format!(
                     "the visible /{} comes from layer {index}, not from the patch layer",
                     entry.path
@@ -340,7 +508,7 @@ pub async fn verify_platform(
                     )),
                 }
             }
-            if let Some((_, lower)) = scanned.hits.get(1) {
+            if let Some((_, lower)) = hits.get(1) {
                 if let Some(l) = lower.iter().find(|l| l.path != entry.path) {
                     problems.push(format!(
                         "a lower layer holds another copy at /{}, which the patch does not cover",
@@ -349,16 +517,11 @@ pub async fn verify_platform(
                 }
             }
             for p in pycs_of(&scanned.pycs, &entry.path) {
-                problems.push(format!("stale bytecode /{p} is visible"));
+                let problem = format!("stale bytecode /{p} is visible");
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
             }
         }
     }
-    if added.target.is_none() {
-        problems.push(format!(
-            "the last layer holds no {}",
-            spec.target_file_name()
-        ));
-    }
-    check.problems = problems;
-    Ok(check)
 }

@@ -9,8 +9,8 @@ use futures_util::StreamExt;
 use super::Status;
 use crate::cli::{Backend, Global, ImageArgs};
 use crate::digest_map::{DigestMap, ImageRecord, Recorder};
-use crate::patch::{Outcome, PatchSpec};
-use crate::plan::{plan_image, ImagePlan};
+use crate::patch::{Outcome, Patch};
+use crate::plan::{plan_image, ImagePlan, Run};
 use crate::provenance;
 use crate::push::{
     companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
@@ -18,14 +18,27 @@ use crate::push::{
 use crate::registry::{Registry, Repo};
 use crate::version::Version;
 
-/// The vLLM version a runner tag names (`cuda12.9-vllm0.27.1` -> 0.27.1), and whether it is a
-/// `-dev` tag; `None` for tags of another backend, service, or per-platform companions.
-pub fn tag_version(backend: Backend, tag: &str) -> Option<(Version, bool)> {
+/// The service, version and `-dev` flag a runner tag names (`cuda12.9-vllm0.27.1` -> vllm,
+/// 0.27.1, false); `None` for tags of another backend, or per-platform companions.
+pub fn tag_service(backend: Backend, tag: &str) -> Option<(String, Version, bool)> {
     let rest = tag.strip_prefix(backend.prefix())?;
     if !rest.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    let (_, v) = rest.split_once("-vllm")?;
+    // The service part: `-<letters><version>` after the backend (and its variant, `910b`).
+    let mut offset = 0;
+    let mut found = None;
+    for (i, part) in tag.split('-').enumerate() {
+        let name: String = part.chars().take_while(char::is_ascii_lowercase).collect();
+        if i > 0 && !name.is_empty() && part[name.len()..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            found = Some((offset + name.len(), name));
+            break;
+        }
+        offset += part.len() + 1;
+    }
+    let (version_start, service) = found?;
+    let v = &tag[version_start..];
     let (v, dev) = match v.strip_suffix("-dev") {
         Some(v) => (v, true),
         None => (v, false),
@@ -33,7 +46,32 @@ pub fn tag_version(backend: Backend, tag: &str) -> Option<(Version, bool)> {
     if !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
         return None;
     }
-    Version::parse(v).map(|ver| (ver, dev))
+    Version::parse(v).map(|ver| (service, ver, dev))
+}
+
+/// The vLLM version a runner tag names, and whether it is a `-dev` tag.
+pub fn tag_version(backend: Backend, tag: &str) -> Option<(Version, bool)> {
+    tag_service(backend, tag)
+        .filter(|(s, _, _)| s == "vllm")
+        .map(|(_, v, d)| (v, d))
+}
+
+/// Whether discovery keeps a tag: some patch selects its service and backend, and the
+/// service's version is in the patch's range when the patch's package is that service.
+fn discovers(patches: &[Patch], backend: Backend, tag: &str, include_dev: bool) -> bool {
+    let Some((service, version, dev)) = tag_service(backend, tag) else {
+        return false;
+    };
+    let b = backend.prefix();
+    (include_dev || !dev)
+        && patches.iter().any(|p| {
+            let m = p.meta();
+            m.selects(&service, b)
+                && match (&m.package, &m.affected) {
+                    (Some(pkg), Some(range)) if *pkg == service => range.contains(&version),
+                    _ => true,
+                }
+        })
 }
 
 /// Checks that an explicit tag belongs to the backend.
@@ -54,22 +92,19 @@ fn check_target_tag(tag: &str, suffix: &str) -> Result<()> {
         .map_err(|e| anyhow!("target of {tag:?} with --tag-suffix {suffix:?}: {e}"))
 }
 
-/// Lists the repository and keeps the backend's multi-arch tags in the patch's affected range.
+/// Lists the repository and keeps the backend's multi-arch tags that some patch is for.
 async fn discover(
     reg: &Registry,
     repo: &Repo,
     backend: Backend,
-    spec: &PatchSpec,
+    patches: &[Patch],
     include_dev: bool,
 ) -> Result<Vec<String>> {
     let mut tags: Vec<String> = reg
         .tags_list(repo)
         .await?
         .into_iter()
-        .filter(|t| match tag_version(backend, t) {
-            Some((v, dev)) => (include_dev || !dev) && spec.affected.contains(&v),
-            None => false,
-        })
+        .filter(|t| discovers(patches, backend, t, include_dev))
         .collect();
     tags.sort();
     tracing::info!(
@@ -106,7 +141,8 @@ pub struct Mode<'a> {
 
 /// `apply` and `plan`: plan every tag, then push (unless a dry run) and report.
 pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
-    let spec = Arc::new(super::load_patch(g).map_err(|e| anyhow!(e))?);
+    let patches = super::load_patches(g).map_err(|e| anyhow!(e))?;
+    let map_patch = super::map_patch_name(&patches);
     let source = Repo::parse(&a.repository).map_err(|e| anyhow!("--repository: {e}"))?;
     let target = match &a.target_repository {
         Some(t) => Repo::parse(t).map_err(|e| anyhow!("--target-repository: {e}"))?,
@@ -138,13 +174,13 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
     // its original on disk.
     let recorder = match mode.manifest {
         Some(path) if !mode.dry_run => {
-            Some(Recorder::open(path, &spec.id).map_err(|e| anyhow!(e))?)
+            Some(Recorder::open(path, &map_patch).map_err(|e| anyhow!(e))?)
         }
         _ => None,
     };
     crate::scan_cache::configure(a.no_cache, a.cache_dir.clone());
     super::runtime()?.block_on(run_async(
-        spec,
+        patches,
         source,
         target,
         a,
@@ -178,7 +214,7 @@ fn companions_from_map(plan: &mut ImagePlan, recorder: Option<&Recorder>) {
 
 #[allow(clippy::too_many_arguments)]
 async fn run_async(
-    spec: Arc<PatchSpec>,
+    patches: Vec<Patch>,
     source: Repo,
     target: Repo,
     a: &ImageArgs,
@@ -192,7 +228,7 @@ async fn run_async(
         a.jobs.saturating_mul(4),
     )?);
     let tags = if tags.is_empty() {
-        let found = discover(&reg, &source, a.backend, &spec, a.include_dev).await?;
+        let found = discover(&reg, &source, a.backend, &patches, a.include_dev).await?;
         for t in &found {
             check_target_tag(t, &a.tag_suffix)?;
         }
@@ -204,16 +240,22 @@ async fn run_async(
         force: mode.force,
         recorder,
     };
-    // `--jobs` bounds the platform scans of the whole run, not only the tags at once.
-    let scans = Arc::new(tokio::sync::Semaphore::new(a.jobs));
+    let map_patch = super::map_patch_name(&patches);
+    let run = Arc::new(Run {
+        reg: reg.clone(),
+        patches,
+        // `--jobs` bounds the platform scans of the whole run, not only the tags at once.
+        scans: Arc::new(tokio::sync::Semaphore::new(a.jobs)),
+        layers: Default::default(),
+    });
     let finished: Vec<Finished> = futures_util::stream::iter(tags.into_iter().map(|tag| {
-        let (reg, spec, source, target, scans) = (reg.clone(), spec.clone(), source.clone(), target.clone(), scans.clone());
+        let (reg, run, source, target) = (reg.clone(), run.clone(), source.clone(), target.clone());
         let target_tag = format!("{tag}{}", a.tag_suffix);
         let dry_run = mode.dry_run;
         let with_provenance = !a.no_provenance;
         async move {
             let result = async {
-                let mut plan = plan_image(reg.clone(), spec.clone(), scans, &source, &tag, &target, &target_tag).await?;
+                let mut plan = plan_image(run, &source, &tag, &target, &target_tag).await?;
                 companions_from_map(&mut plan, recorder);
                 for p in &plan.platforms {
                     tracing::info!("{tag} {}: {}: {}", p.platform, p.outcome, p.reason);
@@ -221,7 +263,7 @@ async fn run_async(
                 let mut record = Record::default();
                 if plan.outcome == Outcome::Patched {
                     if with_provenance {
-                        record.attachments = provenance::build(&plan, &spec)?;
+                        record.attachments = provenance::build(&plan)?;
                     }
                     record.signatures = provenance::signatures(&reg, &source, &provenance::digest_pairs(&plan)).await?;
                 }
@@ -328,7 +370,7 @@ async fn run_async(
         let targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
         r.finish(&targets).map_err(|e| anyhow!(e))?;
     }
-    let map = DigestMap::new(&spec.id, records);
+    let map = DigestMap::new(&map_patch, records);
     // The map on disk is already complete (each image was recorded as it finished); the
     // output comes after it, so a reader that goes away cannot cost the record.
     match (mode.manifest, recorder) {

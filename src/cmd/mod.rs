@@ -73,28 +73,42 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Loads the chosen patch (an id from the built-in catalogue or `--patches-dir`, or a folder).
-/// The registry commands take one `shapes` patch so far; other kinds and stacks are refused
-/// here, before any registry is touched.
+/// Loads the chosen patches (ids from the built-in catalogue or `--patches-dir`, or folders),
+/// in the order given, every one validated before any registry is touched.
+pub fn load_patches(g: &Global) -> Result<Vec<crate::patch::Patch>, String> {
+    let patches = crate::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
+    if patches.is_empty() {
+        return Err("no patch".to_owned());
+    }
+    Ok(patches)
+}
+
+/// The digest map's `patch` field for a run: the ids applied, in order, comma-separated (one
+/// id for one patch, as before stacking).
+pub fn map_patch_name(patches: &[crate::patch::Patch]) -> String {
+    patches
+        .iter()
+        .map(|p| p.meta().id.clone())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The one `shapes` patch a file-level command (`patch-file`) applies.
 pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
-    let mut patches = crate::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
+    let mut patches = load_patches(g)?;
     if patches.len() > 1 {
         return Err(format!(
-            "{} patches named: this command applies one patch per run so far (patch-dir stacks several)",
+            "{} patches named: patch-file applies one shapes patch (patch-dir stacks several)",
             patches.len()
         ));
     }
     match patches.pop() {
         Some(crate::patch::Patch::Shapes(s)) => Ok(s.spec),
         Some(other) => Err(format!(
-            "patch {} ({}) is of kind {}: this command takes shapes patches so far{}",
+            "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
             other.meta().id,
             other.meta().origin,
             other.meta().kind.as_str(),
-            match other.meta().kind {
-                crate::patch::Kind::Diff => "; try it on an unpacked tree with patch-dir",
-                _ => "",
-            }
         )),
         None => Err("no patch".to_owned()),
     }

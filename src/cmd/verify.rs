@@ -15,10 +15,9 @@ fn split_tagged(s: &str) -> Result<(Repo, String)> {
     crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
 }
 use crate::media::{is_attestation, platform_of, Descriptor, Document, Kind};
-use crate::patch::PatchSpec;
 use crate::provenance;
 use crate::registry::{Registry, Repo};
-use crate::verify::{verify_platform, PlatformCheck};
+use crate::verify::{verify_platform, Checks, PlatformCheck};
 
 /// One image's checks.
 #[derive(Debug, serde::Serialize)]
@@ -99,7 +98,7 @@ async fn companion_problems(
 
 async fn check_reference(
     reg: &Registry,
-    spec: &PatchSpec,
+    spec: &Checks,
     input: &str,
     with_provenance: bool,
 ) -> Result<ImageCheck> {
@@ -131,7 +130,7 @@ async fn check_reference(
 
 async fn check_record(
     reg: &Registry,
-    spec: &PatchSpec,
+    spec: &Checks,
     rec: &crate::digest_map::ImageRecord,
     with_provenance: bool,
 ) -> Result<ImageCheck> {
@@ -272,7 +271,11 @@ async fn check_record(
 }
 
 pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
-    let spec = super::load_patch(g).map_err(|e| anyhow!(e))?;
+    let spec = Checks {
+        requested: super::load_patches(g).map_err(|e| anyhow!(e))?,
+        known: crate::patches::catalogue(g.patches_dir.as_deref()).map_err(|e| anyhow!(e))?,
+        layers: Default::default(),
+    };
     if a.references.is_empty() && a.manifest.is_none() {
         bail!("give references to check, or --manifest PATH");
     }

@@ -38,6 +38,8 @@ pub struct DiffPatch {
     /// The diff file's name in the patch folder.
     pub diff_name: String,
     pub files: Vec<FileDiff>,
+    /// The diff as read, part of the patch's definition digest.
+    pub source: Vec<u8>,
 }
 
 impl DiffPatch {
@@ -110,10 +112,12 @@ impl DiffPatch {
                 affected: t.affected,
                 mtime,
                 origin: origin.to_owned(),
+                definition_digest: String::new(),
             },
             package,
             diff_name: name,
             files,
+            source: bytes,
         })
     }
 
@@ -178,6 +182,10 @@ fn decide_file(fd: &FileDiff, current: Option<&[u8]>) -> Result<Step, String> {
 impl PatchKind for DiffPatch {
     fn meta(&self) -> &Meta {
         &self.meta
+    }
+
+    fn anchors(&self) -> Vec<String> {
+        vec![self.anchor()]
     }
 
     fn wanted(&self) -> Vec<String> {
@@ -360,10 +368,12 @@ mod tests {
                 affected: affected.map(|a| crate::version::VersionRange::parse(a).expect("range")),
                 mtime: "2001-01-01T00:00:00Z".into(),
                 origin: "t/patch.toml".into(),
+                definition_digest: String::new(),
             },
             package: "pkg".into(),
             diff_name: "fix.patch".into(),
             files: unified::parse(DIFF.as_bytes()).expect("parses"),
+            source: DIFF.as_bytes().to_vec(),
         }
     }
 

@@ -88,6 +88,7 @@ impl EnvPatch {
                 affected: t.affected,
                 mtime,
                 origin: origin.to_owned(),
+                definition_digest: String::new(),
             },
             set: env.set,
             unset: env.unset,

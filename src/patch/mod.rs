@@ -41,6 +41,9 @@ pub struct Meta {
     pub mtime: String,
     /// The `patch.toml` it came from (built-in: `patches/<id>/patch.toml`).
     pub origin: String,
+    /// sha256 of the patch's definition (`patch.toml`, and the diff a `diff` patch names), for
+    /// the provenance statement; set by [`load`].
+    pub definition_digest: String,
 }
 
 impl Meta {
@@ -85,6 +88,10 @@ pub trait ImageView {
     fn package_version(&self, root: &str, package: &str) -> Option<String>;
     /// The image config as JSON, when this view has one.
     fn config(&self) -> Option<&serde_json::Value>;
+    /// Why no copy of `suffix` is visible (a view that knows what hides one says so).
+    fn explain_missing(&self, suffix: &str) -> String {
+        format!("no visible **/{suffix}")
+    }
 }
 
 /// One change to the file system the image shows.
@@ -163,6 +170,16 @@ pub trait PatchKind: Send + Sync + std::fmt::Debug {
     fn meta(&self) -> &Meta;
     /// Path suffixes a scan must show for [`PatchKind::decide`] (files to patch, guards).
     fn wanted(&self) -> Vec<String>;
+    /// The suffixes whose top-most visible copies locate what the patch changes: a top-down
+    /// scan may stop once it has seen them (guards and files a diff creates are not anchors).
+    fn anchors(&self) -> Vec<String> {
+        self.wanted()
+    }
+    /// Suffixes of the files this patch may write or hide, for `verify` to tell its layer's
+    /// entries from strays.
+    fn writes(&self) -> Vec<String> {
+        self.wanted()
+    }
     fn decide(&self, image: &dyn ImageView) -> Verdict;
 }
 
@@ -231,11 +248,24 @@ pub fn load(text: &str, origin: &str, folder: Option<&Path>) -> Result<Patch, St
             ))
         }
     };
-    match kind {
-        Kind::Shapes => shapes::ShapesPatch::load(text, origin).map(|p| Patch::Shapes(Box::new(p))),
-        Kind::Diff => diff::DiffPatch::load(text, origin, folder).map(Patch::Diff),
-        Kind::Env => env::EnvPatch::load(text, origin).map(Patch::Env),
+    let mut patch = match kind {
+        Kind::Shapes => {
+            shapes::ShapesPatch::load(text, origin).map(|p| Patch::Shapes(Box::new(p)))?
+        }
+        Kind::Diff => diff::DiffPatch::load(text, origin, folder).map(Patch::Diff)?,
+        Kind::Env => env::EnvPatch::load(text, origin).map(Patch::Env)?,
+    };
+    let mut definition = text.as_bytes().to_vec();
+    if let Patch::Diff(d) = &patch {
+        definition.extend_from_slice(&d.source);
     }
+    let digest = crate::digest::sha256(&definition);
+    match &mut patch {
+        Patch::Shapes(p) => p.meta.definition_digest = digest,
+        Patch::Diff(p) => p.meta.definition_digest = digest,
+        Patch::Env(p) => p.meta.definition_digest = digest,
+    }
+    Ok(patch)
 }
 
 /// Loads the patch folder at `dir` (`dir/patch.toml` and the files it names).

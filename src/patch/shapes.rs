@@ -474,6 +474,7 @@ impl ShapesPatch {
                 affected: Some(spec.affected.clone()),
                 mtime: spec.mtime.clone(),
                 origin: origin.to_owned(),
+                definition_digest: String::new(),
             },
             spec,
         })
@@ -490,6 +491,14 @@ impl super::PatchKind for ShapesPatch {
         &self.meta
     }
 
+    fn anchors(&self) -> Vec<String> {
+        vec![self.spec.target.clone()]
+    }
+
+    fn writes(&self) -> Vec<String> {
+        vec![self.spec.target.clone()]
+    }
+
     fn wanted(&self) -> Vec<String> {
         let mut w = vec![self.spec.target.clone()];
         w.extend(self.spec.guards.iter().map(|g| g.target.clone()));
@@ -504,14 +513,19 @@ impl super::PatchKind for ShapesPatch {
         let refused = |reason: String| Verdict::Refused { reason };
         let paths = image.find(&spec.target);
         let path = match paths.as_slice() {
-            [] => return refused(format!("no visible **/{}", spec.target)),
+            [] => return refused(image.explain_missing(&spec.target)),
             [one] => one.clone(),
             many => {
+                // A few are named: a hostile layer may hold thousands.
+                let more = match many.len() {
+                    n if n > 3 => format!(", and {} more", n - 3),
+                    _ => String::new(),
+                };
                 return refused(format!(
-                    "{} copies of the target (/{}); refusing to guess which one runs",
+                    "{} copies of the target (/{}{more}); refusing to guess which one runs",
                     many.len(),
-                    many.join(", /")
-                ))
+                    many[..many.len().min(3)].join(", /")
+                ));
             }
         };
         let entry = match image.file(&path) {
