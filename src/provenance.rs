@@ -555,6 +555,9 @@ pub fn write_statements(dir: &std::path::Path, attachments: &[Attachment]) -> Re
 /// sha256 of the original and patched copies it read.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
+    /// The patch that writes `file`: a statement of other patches (stacked in a later run)
+    /// does not name it.
+    pub by: Option<String>,
     pub file: Option<String>,
     pub original_file: Option<String>,
     pub patched_file: Option<String>,
@@ -706,20 +709,35 @@ pub async fn check(
             )),
             (None, None) => problems.push(format!("{at}: original digest missing")),
             (None, Some(got)) => {
-                if let Some(p) = original_mismatch(reg, &st, got, &layers).await? {
+                if let Some(p) =
+                    original_mismatch(reg, &st, got, &layers, named_layers_of(&pred)).await?
+                {
                     problems.push(format!("{at}: original digest {got}: {p}"));
                 }
             }
             _ => {}
         }
         let by = &pred["runDetails"]["byproducts"];
-        let added = layers.last().map(|l| l.digest.clone());
-        let named_layer = sha_of(find_named(by, "layer"));
-        if named_layer != added {
+        // The layers the statement names (one per file patch) are the manifest's last ones.
+        let named_layers: Vec<String> = by
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("name").and_then(Value::as_str) == Some("layer"))
+            .filter_map(|b| sha_of(Some(b)))
+            .collect();
+        let added: Vec<String> = layers
+            .iter()
+            .rev()
+            .take(named_layers.len())
+            .rev()
+            .map(|l| l.digest.clone())
+            .collect();
+        if named_layers != added {
             problems.push(format!(
                 "{at}: layer digest {} is not the manifest's last layer {}",
-                named_layer.as_deref().unwrap_or("none"),
-                added.as_deref().unwrap_or("none")
+                named_layers.last().map_or("none", String::as_str),
+                layers.last().map_or("none", |l| l.digest.as_str())
             ));
         }
         let named_config = sha_of(find_named(by, "config"));
@@ -730,7 +748,14 @@ pub async fn check(
                 config.as_deref().unwrap_or("none")
             ));
         }
-        if let Some(file) = &seen.file {
+        let stated: Vec<&str> = params["patches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["id"].as_str())
+            .collect();
+        let about_file = seen.by.as_deref().is_none_or(|b| stated.contains(&b));
+        if let (Some(file), true) = (&seen.file, about_file) {
             for (role, list, want) in [
                 ("original file digest", deps, &seen.original_file),
                 ("patched file digest", by, &seen.patched_file),
@@ -757,6 +782,13 @@ pub struct Checked {
     pub origins: Vec<String>,
 }
 
+/// How many layers a predicate says the patches appended.
+fn named_layers_of(pred: &Value) -> usize {
+    pred["runDetails"]["byproducts"]
+        .as_array()
+        .map_or(0, |b| b.iter().filter(|x| x["name"] == "layer").count())
+}
+
 /// Without a digest map: the original a statement names must exist where it says and be this
 /// image without its last layer.
 async fn original_mismatch(
@@ -764,6 +796,7 @@ async fn original_mismatch(
     st: &Value,
     original: &str,
     layers: &[Descriptor],
+    added: usize,
 ) -> Result<Option<String>> {
     let Some(source) = st["predicate"]["buildDefinition"]["externalParameters"]["source"].as_str()
     else {
@@ -783,9 +816,9 @@ async fn original_mismatch(
         .filter_map(|l| l.get("digest").and_then(Value::as_str).map(str::to_owned))
         .collect();
     let ours: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
-    if theirs.len() + 1 != ours.len() || ours[..theirs.len()] != theirs[..] {
+    if theirs.len() + added != ours.len() || ours[..theirs.len()] != theirs[..] {
         return Ok(Some(
-            "its layers are not this image's layers without the patch layer".into(),
+            "its layers are not this image's layers without the patch layers".into(),
         ));
     }
     Ok(None)

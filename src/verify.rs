@@ -477,6 +477,7 @@ fn shapes_seen(
             let entry = entries[entries.len() - 1];
             check.file = Some(format!("/{}", entry.path));
             check.seen.file = check.file.clone();
+            check.seen.by = Some(spec.id.clone());
             let on_top = *index >= first_added && *index < layer_count;
             if on_top {
                 check.seen.patched_file = Some(crate::digest::sha256(&entry.content));
