@@ -510,6 +510,14 @@ async fn plan_platform(
                 }
             }
         }
+        if let (None, Some(pkg)) = (&version, &meta.package) {
+            // A diff patch's package: its version where its `__init__.py` is.
+            let init = format!("{pkg}/__init__.py");
+            if let Some(path) = view.find(&init).first() {
+                let root = path.strip_suffix(&init).unwrap_or("").trim_end_matches('/');
+                version = view.package_version(root, pkg);
+            }
+        }
         let verdict = patch.decide(&view);
         step.outcome = verdict.outcome();
         match verdict {
