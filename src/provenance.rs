@@ -710,7 +710,7 @@ pub async fn check(
             (None, None) => problems.push(format!("{at}: original digest missing")),
             (None, Some(got)) => {
                 if let Some(p) =
-                    original_mismatch(reg, &st, got, &layers, named_layers_of(&pred)).await?
+                    original_mismatch(reg, &st, got, &layers, named_layers_of(pred)).await?
                 {
                     problems.push(format!("{at}: original digest {got}: {p}"));
                 }
