@@ -342,47 +342,6 @@ fn refused(platform: String, original: Document, reason: String) -> PlatformPlan
     }
 }
 
-/// The service and backend a runner tag names (`cuda12.9-vllm0.27.1` -> vllm, cuda;
-/// `cann9.0-910b-vllm0.20.2` -> vllm, cann): what a patch's `services` and `backends` select.
-/// `(None, None)` for a tag of another form, which no selection excludes.
-pub fn tag_selection(tag: &str) -> (Option<String>, Option<String>) {
-    let backend: String = tag.chars().take_while(char::is_ascii_lowercase).collect();
-    let service = tag.split('-').skip(1).find_map(|part| {
-        let name: String = part.chars().take_while(char::is_ascii_lowercase).collect();
-        let rest = &part[name.len()..];
-        (!name.is_empty() && rest.starts_with(|c: char| c.is_ascii_digit())).then_some(name)
-    });
-    match service {
-        Some(s) if !backend.is_empty() => (Some(s), Some(backend)),
-        _ => (None, None),
-    }
-}
-
-/// Why a patch does not select a tag, if it does not.
-fn unselected(patch: &Patch, tag: &str) -> Option<String> {
-    let meta = patch.meta();
-    let (service, backend) = tag_selection(tag);
-    if let (Some(s), false) = (&service, meta.services.is_empty()) {
-        if !meta.services.iter().any(|x| x == s) {
-            return Some(format!(
-                "patch {} is for services {} and {tag} is {s}",
-                meta.id,
-                meta.services.join(", ")
-            ));
-        }
-    }
-    if let (Some(b), false) = (&backend, meta.backends.is_empty()) {
-        if !meta.backends.iter().any(|x| x == b) {
-            return Some(format!(
-                "patch {} is for backends {} and {tag} is {b}",
-                meta.id,
-                meta.backends.join(", ")
-            ));
-        }
-    }
-    None
-}
-
 /// A patched file's whiteouts for its compiled bytecode, wherever it lies below: the names
 /// the scan saw and every name the interpreter could use ([`layer::bytecode_whiteouts`]).
 fn with_bytecode_whiteouts(changes: &[Change]) -> Vec<Change> {
@@ -458,7 +417,7 @@ async fn plan_platform(
     let chosen: Vec<&Patch> = run
         .patches
         .iter()
-        .filter(|p| unselected(p, tag).is_none())
+        .filter(|p| crate::tags::excludes(p, tag).is_none())
         .collect();
     let search = Search::of(chosen);
     let label = format!("{tag} {platform}");
@@ -492,7 +451,7 @@ async fn plan_platform(
             layer: None,
             files: Vec::new(),
         };
-        if let Some(why) = unselected(patch, tag) {
+        if let Some(why) = crate::tags::excludes(patch, tag) {
             step.reason = why;
             steps.push(step);
             continue;

@@ -16,63 +16,6 @@ use crate::push::{
     companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
 };
 use crate::registry::{Registry, Repo};
-use crate::version::Version;
-
-/// The service, version and `-dev` flag a runner tag names (`cuda12.9-vllm0.27.1` -> vllm,
-/// 0.27.1, false); `None` for tags of another backend, or per-platform companions.
-pub fn tag_service(backend: Backend, tag: &str) -> Option<(String, Version, bool)> {
-    let rest = tag.strip_prefix(backend.prefix())?;
-    if !rest.starts_with(|c: char| c.is_ascii_digit()) {
-        return None;
-    }
-    // The service part: `-<letters><version>` after the backend (and its variant, `910b`).
-    let mut offset = 0;
-    let mut found = None;
-    for (i, part) in tag.split('-').enumerate() {
-        let name: String = part.chars().take_while(char::is_ascii_lowercase).collect();
-        if i > 0 && !name.is_empty() && part[name.len()..].starts_with(|c: char| c.is_ascii_digit())
-        {
-            found = Some((offset + name.len(), name));
-            break;
-        }
-        offset += part.len() + 1;
-    }
-    let (version_start, service) = found?;
-    let v = &tag[version_start..];
-    let (v, dev) = match v.strip_suffix("-dev") {
-        Some(v) => (v, true),
-        None => (v, false),
-    };
-    if !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
-        return None;
-    }
-    Version::parse(v).map(|ver| (service, ver, dev))
-}
-
-/// The vLLM version a runner tag names, and whether it is a `-dev` tag.
-pub fn tag_version(backend: Backend, tag: &str) -> Option<(Version, bool)> {
-    tag_service(backend, tag)
-        .filter(|(s, _, _)| s == "vllm")
-        .map(|(_, v, d)| (v, d))
-}
-
-/// Whether discovery keeps a tag: some patch selects its service and backend, and the
-/// service's version is in the patch's range when the patch's package is that service.
-fn discovers(patches: &[Patch], backend: Backend, tag: &str, include_dev: bool) -> bool {
-    let Some((service, version, dev)) = tag_service(backend, tag) else {
-        return false;
-    };
-    let b = backend.prefix();
-    (include_dev || !dev)
-        && patches.iter().any(|p| {
-            let m = p.meta();
-            m.selects(&service, b)
-                && match (&m.package, &m.affected) {
-                    (Some(pkg), Some(range)) if *pkg == service => range.contains(&version),
-                    _ => true,
-                }
-        })
-}
 
 /// Checks that an explicit tag belongs to the backend.
 fn check_tag(backend: Backend, tag: &str) -> Result<()> {
@@ -104,7 +47,7 @@ async fn discover(
         .tags_list(repo)
         .await?
         .into_iter()
-        .filter(|t| discovers(patches, backend, t, include_dev))
+        .filter(|t| crate::tags::discovers(patches, backend.prefix(), t, include_dev))
         .collect();
     tags.sort();
     tracing::info!(
@@ -460,15 +403,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tag_versions() {
-        let v = |t| tag_version(Backend::Cuda, t).map(|(v, d)| (v.to_string(), d));
-        assert_eq!(v("cuda12.9-vllm0.27.1"), Some(("0.27.1".into(), false)));
-        assert_eq!(v("cuda12.9-vllm0.27.1-dev"), Some(("0.27.1".into(), true)));
-        assert_eq!(v("cuda12.9-vllm0.27.1-linux-amd64"), None);
-        assert_eq!(v("cuda12.9-sglang0.5.1"), None);
-        assert_eq!(v("rocm7.2-vllm0.25.1"), None);
-        let c = tag_version(Backend::Cann, "cann9.0-910b-vllm0.20.2").map(|(v, _)| v.to_string());
-        assert_eq!(c.as_deref(), Some("0.20.2"));
+    fn explicit_tags_must_be_the_backend_s() {
         assert!(check_tag(Backend::Cuda, "rocm7.2-vllm0.25.1").is_err());
         assert!(check_tag(Backend::Cuda, "cuda12.9-vllm0.27.1").is_ok());
     }
