@@ -410,14 +410,10 @@ pub async fn verify_platform(
     }
     for p in &expected {
         if let Patch::Shapes(s) = p {
-            shapes_seen(
-                &scanned,
-                &s.spec,
-                first_added,
-                layers.len(),
-                &mut check,
-                &mut problems,
-            );
+            for one in s.spec.per_file() {
+                let at = (first_added, layers.len());
+                shapes_seen(&scanned, &one, at, &mut check, &mut problems);
+            }
             continue;
         }
         if scanned.refusal.is_some() {
@@ -452,8 +448,7 @@ pub async fn verify_platform(
 fn shapes_seen(
     scanned: &scan::Descent,
     spec: &crate::patch::PatchSpec,
-    first_added: usize,
-    layer_count: usize,
+    (first_added, layer_count): (usize, usize),
     check: &mut PlatformCheck,
     problems: &mut Vec<String>,
 ) {

@@ -42,6 +42,10 @@ pub struct PatchSpec {
     pub shapes: Vec<Shape>,
     #[serde(default, rename = "guard")]
     pub guards: Vec<Guard>,
+    /// More files changed by the same patch (`[[file]]` tables), each with its own target,
+    /// marker and shapes; decided together with the top-level one.
+    #[serde(default, rename = "file")]
+    pub files: Vec<FileSpec>,
     /// sha256 of the `patch.toml` text this spec was read from, named in provenance statements.
     #[serde(skip)]
     pub definition_digest: String,
@@ -64,6 +68,20 @@ pub struct Shape {
     pub replace: String,
     #[serde(flatten)]
     pub vars: BTreeMap<String, Vec<String>>,
+}
+
+/// One more file of a `shapes` patch: the per-file fields of the top level.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub target: String,
+    pub marker: String,
+    #[serde(default)]
+    pub unaffected_without: Vec<String>,
+    #[serde(default)]
+    pub fixed: Vec<Block>,
+    #[serde(rename = "shape")]
+    pub shapes: Vec<Shape>,
 }
 
 /// A second file whose content can make the patch insufficient (Ascend's subclass).
@@ -140,15 +158,52 @@ impl PatchSpec {
         }
         crate::layer::parse_rfc3339(&spec.mtime)
             .map_err(|e| format!("patch spec {origin}: mtime: {e}"))?;
-        for shape in &spec.shapes {
-            if !shape.replace.contains(&spec.marker) && !shape.replace.contains("${marker}") {
+        let per_file = spec.per_file();
+        for (i, one) in per_file.iter().enumerate() {
+            if one.shapes.is_empty() {
                 return Err(format!(
-                    "patch spec {origin}: shape {} does not write the marker",
-                    shape.name
+                    "patch spec {origin}: [[file]] {} has no [[file.shape]]",
+                    one.target
                 ));
+            }
+            if per_file[..i].iter().any(|o| o.target == one.target) {
+                return Err(format!(
+                    "patch spec {origin}: target {} is named twice",
+                    one.target
+                ));
+            }
+            for shape in &one.shapes {
+                if !shape.replace.contains(&one.marker) && !shape.replace.contains("${marker}") {
+                    return Err(format!(
+                        "patch spec {origin}: shape {} does not write the marker",
+                        shape.name
+                    ));
+                }
             }
         }
         Ok(spec)
+    }
+
+    /// One spec per file the patch changes: the top-level one (with the guards), then each
+    /// `[[file]]` (sharing the patch's id, title and mtime).
+    pub fn per_file(&self) -> Vec<PatchSpec> {
+        let mut out = vec![PatchSpec {
+            files: Vec::new(),
+            ..self.clone()
+        }];
+        for f in &self.files {
+            out.push(PatchSpec {
+                target: f.target.clone(),
+                marker: f.marker.clone(),
+                unaffected_without: f.unaffected_without.clone(),
+                fixed: f.fixed.clone(),
+                shapes: f.shapes.clone(),
+                guards: Vec::new(),
+                files: Vec::new(),
+                ..self.clone()
+            });
+        }
+        out
     }
 
     /// The file name part of the target (`multi_connector.py`).
@@ -492,102 +547,166 @@ impl super::PatchKind for ShapesPatch {
     }
 
     fn anchors(&self) -> Vec<String> {
-        vec![self.spec.target.clone()]
+        self.targets()
     }
 
     fn writes(&self) -> Vec<String> {
-        vec![self.spec.target.clone()]
+        self.targets()
     }
 
     fn wanted(&self) -> Vec<String> {
-        let mut w = vec![self.spec.target.clone()];
+        let mut w = self.targets();
         w.extend(self.spec.guards.iter().map(|g| g.target.clone()));
         w
     }
 
-    /// The same decision the registry path makes: exactly one visible target, no links, the
-    /// shape engine on its bytes, then the guards; the write keeps the original header.
+    /// Each file decided on its own ([`decide_one`]), then together: a refusal of any refuses
+    /// the patch; files patched beside files already carrying it are a half-applied patch,
+    /// refused as the `diff` kind refuses it; a file with the upstream fix (or predating the
+    /// bug) is left as it is.
     fn decide(&self, image: &dyn super::ImageView) -> super::Verdict {
-        use super::{Change, Verdict};
-        let spec = &self.spec;
-        let refused = |reason: String| Verdict::Refused { reason };
-        let paths = image.find(&spec.target);
-        let path = match paths.as_slice() {
-            [] => return refused(image.explain_missing(&spec.target)),
-            [one] => one.clone(),
-            many => {
-                // A few are named: a hostile layer may hold thousands.
-                let more = match many.len() {
-                    n if n > 3 => format!(", and {} more", n - 3),
-                    _ => String::new(),
-                };
-                return refused(format!(
-                    "{} copies of the target (/{}{more}); refusing to guess which one runs",
-                    many.len(),
-                    many[..many.len().min(3)].join(", /")
-                ));
-            }
-        };
-        let entry = match image.file(&path) {
-            Ok(Some(e)) => e,
-            Ok(None) => return refused(format!("/{path} disappeared while reading")),
-            Err(e) => return refused(e),
-        };
-        let file = format!("/{path}");
-        match &entry.kind {
-            crate::scan::EntryKind::Regular => {}
-            crate::scan::EntryKind::Symlink(to) => {
-                return refused(format!(
-                    "{file} is a symbolic link to {to:?}; links are refused, not followed"
-                ))
-            }
-            crate::scan::EntryKind::Hardlink(to) => {
-                return refused(format!(
-                    "{file} is a hard link to {to:?}; links are refused, not followed"
-                ))
-            }
-            crate::scan::EntryKind::Other(k) => {
-                return refused(format!("{file} is a {k} entry, not a regular file"))
-            }
+        use super::Verdict;
+        let per_file = self.spec.per_file();
+        if per_file.len() == 1 {
+            return decide_one(&per_file[0], image);
         }
-        match spec.decide(&entry.content) {
-            Decision::AlreadyPatched => Verdict::AlreadyPatched {
-                reason: format!("{file} already carries patch {}", spec.id),
+        let verdicts: Vec<Verdict> = per_file.iter().map(|s| decide_one(s, image)).collect();
+        if let Some(r) = verdicts
+            .iter()
+            .find(|v| matches!(v, Verdict::Refused { .. }))
+        {
+            return r.clone();
+        }
+        let reasons = |pick: fn(&Verdict) -> bool| -> Vec<String> {
+            verdicts
+                .iter()
+                .filter(|v| pick(v))
+                .map(Verdict::reason)
+                .collect()
+        };
+        let patched = reasons(|v| matches!(v, Verdict::Patched { .. }));
+        let already = reasons(|v| matches!(v, Verdict::AlreadyPatched { .. }));
+        match (patched.is_empty(), already.is_empty()) {
+            (false, false) => Verdict::Refused {
+                reason: format!(
+                    "partly applied: {} would be patched but {}; refusing to complete it by guessing",
+                    patched.join("; "),
+                    already.join("; ")
+                ),
             },
-            Decision::NotAffected { reason } => Verdict::NotAffected {
-                reason: format!("{file}: {reason}"),
-            },
-            Decision::Refused { reason } => refused(format!("{file}: {reason}")),
-            Decision::Patched { shape, bytes } => {
-                for guard in &spec.guards {
-                    for gpath in image.find(&guard.target) {
-                        if let Ok(Some(g)) = image.file(&gpath) {
-                            if let Some(why) = spec.check_guard(guard, &g.content) {
-                                return refused(format!("/{gpath}: {why}"));
-                            }
-                        }
+            (false, true) => {
+                let mut changes = Vec::new();
+                let mut notes = Vec::new();
+                for v in verdicts {
+                    if let Verdict::Patched { changes: c, notes: n, .. } = v {
+                        changes.extend(c);
+                        notes.extend(n);
                     }
                 }
-                let mtime = match crate::layer::parse_rfc3339(&spec.mtime) {
-                    Ok(t) => crate::layer::new_mtime(t, &entry),
-                    Err(e) => return refused(format!("mtime: {e}")),
-                };
-                let mut changes = vec![Change::Write(crate::scan::FileEntry {
-                    content: std::sync::Arc::new(bytes),
-                    mtime,
-                    ..entry
-                })];
-                changes.extend(
-                    image
-                        .stale_bytecode(&path)
-                        .into_iter()
-                        .map(Change::Whiteout),
-                );
                 Verdict::Patched {
                     changes,
                     config: None,
-                    notes: vec![format!("{file}: shape {shape} patched")],
+                    notes,
                 }
+            }
+            (true, false) => Verdict::AlreadyPatched {
+                reason: already.join("; "),
+            },
+            (true, true) => Verdict::NotAffected {
+                reason: reasons(|_| true).join("; "),
+            },
+        }
+    }
+}
+
+impl ShapesPatch {
+    /// Every file the patch changes (the top-level target first).
+    pub fn targets(&self) -> Vec<String> {
+        self.spec.per_file().into_iter().map(|s| s.target).collect()
+    }
+}
+
+/// The decision for one file, the same the registry path makes: exactly one visible target, no
+/// links, the shape engine on its bytes, then the guards; the write keeps the original header.
+fn decide_one(spec: &PatchSpec, image: &dyn super::ImageView) -> super::Verdict {
+    use super::{Change, Verdict};
+    let refused = |reason: String| Verdict::Refused { reason };
+    let paths = image.find(&spec.target);
+    let path = match paths.as_slice() {
+        [] => return refused(image.explain_missing(&spec.target)),
+        [one] => one.clone(),
+        many => {
+            // A few are named: a hostile layer may hold thousands.
+            let more = match many.len() {
+                n if n > 3 => format!(", and {} more", n - 3),
+                _ => String::new(),
+            };
+            return refused(format!(
+                "{} copies of the target (/{}{more}); refusing to guess which one runs",
+                many.len(),
+                many[..many.len().min(3)].join(", /")
+            ));
+        }
+    };
+    let entry = match image.file(&path) {
+        Ok(Some(e)) => e,
+        Ok(None) => return refused(format!("/{path} disappeared while reading")),
+        Err(e) => return refused(e),
+    };
+    let file = format!("/{path}");
+    match &entry.kind {
+        crate::scan::EntryKind::Regular => {}
+        crate::scan::EntryKind::Symlink(to) => {
+            return refused(format!(
+                "{file} is a symbolic link to {to:?}; links are refused, not followed"
+            ))
+        }
+        crate::scan::EntryKind::Hardlink(to) => {
+            return refused(format!(
+                "{file} is a hard link to {to:?}; links are refused, not followed"
+            ))
+        }
+        crate::scan::EntryKind::Other(k) => {
+            return refused(format!("{file} is a {k} entry, not a regular file"))
+        }
+    }
+    match spec.decide(&entry.content) {
+        Decision::AlreadyPatched => Verdict::AlreadyPatched {
+            reason: format!("{file} already carries patch {}", spec.id),
+        },
+        Decision::NotAffected { reason } => Verdict::NotAffected {
+            reason: format!("{file}: {reason}"),
+        },
+        Decision::Refused { reason } => refused(format!("{file}: {reason}")),
+        Decision::Patched { shape, bytes } => {
+            for guard in &spec.guards {
+                for gpath in image.find(&guard.target) {
+                    if let Ok(Some(g)) = image.file(&gpath) {
+                        if let Some(why) = spec.check_guard(guard, &g.content) {
+                            return refused(format!("/{gpath}: {why}"));
+                        }
+                    }
+                }
+            }
+            let mtime = match crate::layer::parse_rfc3339(&spec.mtime) {
+                Ok(t) => crate::layer::new_mtime(t, &entry),
+                Err(e) => return refused(format!("mtime: {e}")),
+            };
+            let mut changes = vec![Change::Write(crate::scan::FileEntry {
+                content: std::sync::Arc::new(bytes),
+                mtime,
+                ..entry
+            })];
+            changes.extend(
+                image
+                    .stale_bytecode(&path)
+                    .into_iter()
+                    .map(Change::Whiteout),
+            );
+            Verdict::Patched {
+                changes,
+                config: None,
+                notes: vec![format!("{file}: shape {shape} patched")],
             }
         }
     }
@@ -770,5 +889,67 @@ mod tests {
             interface().decide(&empty),
             Verdict::Refused { .. }
         ));
+    }
+
+    #[test]
+    fn several_files_are_decided_together() {
+        use crate::patch::testview::Mem;
+        use crate::patch::{PatchKind, Verdict};
+        let toml = r##"
+id = "two"
+title = "t"
+target = "pkg/a.py"
+package = "pkg"
+affected = ">=0"
+mtime = "2026-01-01T00:00:00Z"
+marker = "# two"
+[[shape]]
+name = "a"
+find = "bug_a()"
+replace = """
+# two
+fix_a()
+"""
+[[file]]
+target = "pkg/b.py"
+marker = "# two (b)"
+[[file.shape]]
+name = "b"
+find = "bug_b()"
+replace = """
+# two (b)
+fix_b()
+"""
+"##;
+        let p = ShapesPatch::load(toml, "two/patch.toml").expect("loads");
+        assert_eq!(p.targets(), ["pkg/a.py", "pkg/b.py"]);
+        let view = |a: &str, b: &str| {
+            Mem(
+                [
+                    ("r/pkg/a.py".to_owned(), a.as_bytes().to_vec()),
+                    ("r/pkg/b.py".to_owned(), b.as_bytes().to_vec()),
+                ]
+                .into_iter()
+                .collect(),
+                None,
+            )
+        };
+        match p.decide(&view("bug_a()\n", "x\nbug_b()\n")) {
+            Verdict::Patched { changes, .. } => {
+                let written: Vec<&str> = changes.iter().map(|c| c.path()).collect();
+                assert_eq!(written, ["r/pkg/a.py", "r/pkg/b.py"]);
+            }
+            other => panic!("expected patched, got {other:?}"),
+        }
+        assert!(matches!(
+            p.decide(&view("# two\nfix_a()\n", "# two (b)\nfix_b()\n")),
+            Verdict::AlreadyPatched { .. }
+        ));
+        let half = p.decide(&view("# two\nfix_a()\n", "bug_b()\n"));
+        assert!(
+            matches!(&half, Verdict::Refused { reason } if reason.starts_with("partly applied")),
+            "{half:?}"
+        );
+        assert!(ShapesPatch::load(&toml.replace("[[file.shape]]", "[[nope]]"), "t").is_err());
     }
 }
