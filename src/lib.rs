@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cmd;
 pub mod digest;
 pub mod digest_map;
+pub mod image;
 pub mod layer;
 pub mod media;
 pub mod output;

@@ -9,8 +9,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::image;
 use crate::layer::{self, NewLayer};
-use crate::media::{self, platform_of, Descriptor, Document, Kind};
+use crate::media::{self, Document, Kind};
 use crate::patch::{Change, ImageView, Outcome, Patch, Verdict};
 use crate::registry::{Registry, Repo};
 use crate::rewrite;
@@ -156,35 +157,25 @@ pub async fn plan_image(
     let reg = &run.reg;
     let top = reg.manifest_get(&source.at_tag(tag)).await?;
     let src = format!("{source}:{tag}");
-    let kind = top.kind().ok_or_else(|| {
-        anyhow!(
-            "{src} has media type {:?}, which is neither a manifest nor an index",
-            top.media_type
-        )
-    })?;
+    let view = image::View::parse(&top, &src).map_err(|e| anyhow!(e))?;
+    let kind = top
+        .kind()
+        .ok_or_else(|| anyhow!("{src} is neither a manifest nor an index"))?;
     let mut platforms = Vec::new();
     let mut dropped = Vec::new();
-    match kind {
-        Kind::Index(_) => {
-            let entries = top
-                .json
-                .get("manifests")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if entries.is_empty() {
+    match &view {
+        image::View::Index(index) => {
+            if index.children.is_empty() {
                 bail!("index {src} lists no manifests");
             }
-            media::check_index_children(&top, &src).map_err(|e| anyhow!(e))?;
             let mut jobs = Vec::new();
-            for (i, entry) in entries.iter().enumerate() {
-                let desc = Descriptor::from_json(entry, &format!("index {src} manifests[{i}]"))
-                    .map_err(|e| anyhow!(e))?;
-                if media::is_attestation(entry) {
+            for child in &index.children {
+                let desc = child.descriptor.clone();
+                if child.attestation {
                     dropped.push(desc.digest);
                     continue;
                 }
-                let platform = platform_of(entry).unwrap_or_else(|| format!("manifests[{i}]"));
+                let platform = child.platform.clone();
                 let (run, source, tag) = (run.clone(), source.clone(), tag.to_owned());
                 jobs.push(tokio::spawn(async move {
                     let _permit = run.scans.clone().acquire_owned().await?;
@@ -206,7 +197,7 @@ pub async fn plan_image(
                 platforms.push(job.await.context("platform task failed")??);
             }
         }
-        Kind::Manifest(_) => {
+        image::View::Manifest(_) => {
             let _permit = run.scans.clone().acquire_owned().await?;
             platforms.push(plan_platform(&run, source, tag, String::new(), top.clone()).await?);
         }
@@ -384,25 +375,11 @@ async fn plan_platform(
 ) -> Result<PlatformPlan> {
     let reg = &run.reg;
     let what = format!("{repo}@{}", manifest.digest);
-    let family = match manifest.kind() {
-        Some(Kind::Manifest(f)) => f,
-        _ => bail!("{what} is not an image manifest"),
-    };
-    let cfg_desc = Descriptor::from_json(
-        manifest.json.get("config").unwrap_or(&Value::Null),
-        &format!("manifest {what} config"),
-    )
-    .map_err(|e| anyhow!(e))?;
-    let layers: Vec<Descriptor> = manifest
-        .json
-        .get("layers")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("manifest {what} has no layers list"))?
-        .iter()
-        .enumerate()
-        .map(|(i, l)| Descriptor::from_json(l, &format!("manifest {what} layers[{i}]")))
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow!(e))?;
+    let image::Manifest {
+        family,
+        config: cfg_desc,
+        layers,
+    } = image::Manifest::parse(&manifest, &what).map_err(|e| anyhow!(e))?;
     let config = reg
         .blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
         .await?;

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::Value;
 
 use crate::digest_map::{ImageRecord, Recorder};
 use crate::media::{Descriptor, Document};
@@ -134,27 +133,8 @@ async fn put_manifest_by_digest(
 }
 
 fn descriptors(doc: &Document) -> Result<Vec<Descriptor>> {
-    let mut out = Vec::new();
-    if let Some(c) = doc.json.get("config") {
-        out.push(
-            Descriptor::from_json(c, &format!("manifest {} config", doc.digest))
-                .map_err(|e| anyhow!(e))?,
-        );
-    }
-    for (i, l) in doc
-        .json
-        .get("layers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        out.push(
-            Descriptor::from_json(l, &format!("manifest {} layers[{i}]", doc.digest))
-                .map_err(|e| anyhow!(e))?,
-        );
-    }
-    Ok(out)
+    let m = crate::image::Manifest::parse(doc, &doc.digest).map_err(|e| anyhow!(e))?;
+    Ok(m.blobs().cloned().collect())
 }
 
 /// Makes a whole image (index or manifest, with every child and blob) present in `target`,
@@ -170,24 +150,21 @@ pub async fn copy_image(
     if source == target {
         return Ok(rep);
     }
-    let children: Vec<Document> = if doc.json.get("manifests").is_some() {
-        let mut v = Vec::new();
-        crate::media::check_index_children(doc, &format!("{source}@{}", doc.digest))
-            .map_err(|e| anyhow!(e))?;
-        for (i, m) in doc.json["manifests"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let d = Descriptor::from_json(m, &format!("index {} manifests[{i}]", doc.digest))
-                .map_err(|e| anyhow!(e))?;
-            v.push(reg.manifest_get(&source.at_digest(&d.digest)).await?);
-        }
-        v
-    } else {
-        vec![doc.clone()]
-    };
+    let what = format!("{source}@{}", doc.digest);
+    let children: Vec<Document> =
+        match crate::image::View::parse(doc, &what).map_err(|e| anyhow!(e))? {
+            crate::image::View::Index(index) => {
+                let mut v = Vec::new();
+                for c in &index.children {
+                    v.push(
+                        reg.manifest_get(&source.at_digest(&c.descriptor.digest))
+                            .await?,
+                    );
+                }
+                v
+            }
+            crate::image::View::Manifest(_) => vec![doc.clone()],
+        };
     for child in &children {
         for d in descriptors(child)? {
             ensure_blob(reg, source, target, &d, &mut seen, &mut rep).await?;

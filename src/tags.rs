@@ -29,9 +29,13 @@ impl RunnerTag {
         let mut found = None;
         for (i, part) in tag.split('-').enumerate() {
             let name: String = part.chars().take_while(char::is_ascii_lowercase).collect();
+            // A service is letters then a dotted version (`vllm0.20.2`); a variant such as
+            // `a3` or `910b` is not one.
+            let rest = &part[name.len()..];
             if i > 0
                 && !name.is_empty()
-                && part[name.len()..].starts_with(|c: char| c.is_ascii_digit())
+                && rest.starts_with(|c: char| c.is_ascii_digit())
+                && rest.contains('.')
             {
                 found = Some((offset + name.len(), name));
                 break;
@@ -171,6 +175,10 @@ mod tests {
         );
         assert_eq!(t("cuda12.9-vllm0.27.1-linux-amd64").and_then(|x| x.2), None);
         assert_eq!(t("latest"), None);
+        assert_eq!(
+            t("cann9.0-a3-vllm0.20.2"),
+            Some(("cann".into(), "vllm".into(), Some("0.20.2".into()), false))
+        );
     }
 
     #[test]

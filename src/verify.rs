@@ -7,6 +7,7 @@ use anyhow::{anyhow, Result};
 use serde_json::Value;
 
 use crate::digest::HashingReader;
+use crate::image;
 use crate::media::{self, Descriptor, Document, Family, Kind};
 use crate::patch::{Decision, Patch, Verdict};
 use crate::registry::{Registry, Repo};
@@ -133,31 +134,18 @@ pub async fn verify_platform(
         made_from: Vec::new(),
         seen: Default::default(),
     };
-    let family = match manifest.kind() {
-        Some(Kind::Manifest(f)) => f,
-        _ => {
-            check.problems.push(format!(
-                "{what} is not an image manifest ({})",
-                manifest.media_type
-            ));
-            return Ok(check);
-        }
-    };
-    let layers: Vec<Descriptor> = manifest
-        .json
-        .get("layers")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("manifest {what} has no layers"))?
-        .iter()
-        .enumerate()
-        .map(|(i, l)| Descriptor::from_json(l, &format!("manifest {what} layers[{i}]")))
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow!(e))?;
-    let cfg_desc = Descriptor::from_json(
-        manifest.json.get("config").unwrap_or(&Value::Null),
-        &format!("manifest {what} config"),
-    )
-    .map_err(|e| anyhow!(e))?;
+    if !matches!(manifest.kind(), Some(Kind::Manifest(_))) {
+        check.problems.push(format!(
+            "{what} is not an image manifest ({})",
+            manifest.media_type
+        ));
+        return Ok(check);
+    }
+    let image::Manifest {
+        family,
+        config: cfg_desc,
+        layers,
+    } = image::Manifest::parse(manifest, &what).map_err(|e| anyhow!(e))?;
     let config: Value = serde_json::from_slice(
         &reg.blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
             .await?,

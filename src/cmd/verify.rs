@@ -14,7 +14,8 @@ use crate::digest_map::DigestMap;
 fn split_tagged(s: &str) -> Result<(Repo, String)> {
     crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
 }
-use crate::media::{is_attestation, platform_of, Descriptor, Document, Kind};
+use crate::image;
+use crate::media::{is_attestation, Document, Kind};
 use crate::provenance;
 use crate::registry::{Registry, Repo};
 use crate::verify::{verify_platform, Checks, PlatformCheck};
@@ -36,33 +37,18 @@ impl ImageCheck {
 
 /// The children of a document that are platforms (attestations left out), with their names.
 async fn platforms(reg: &Registry, repo: &Repo, top: &Document) -> Result<Vec<(String, Document)>> {
-    match top.kind() {
-        Some(Kind::Index(_)) => {
+    match image::View::parse(top, &format!("{repo}@{}", top.digest)).map_err(|e| anyhow!(e))? {
+        image::View::Index(index) => {
             let mut out = Vec::new();
-            crate::media::check_index_children(top, &format!("{repo}@{}", top.digest))
-                .map_err(|e| anyhow!(e))?;
-            for (i, m) in top.json["manifests"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                if is_attestation(m) {
-                    continue;
-                }
-                let d = Descriptor::from_json(m, &format!("index {} manifests[{i}]", top.digest))
-                    .map_err(|e| anyhow!(e))?;
-                let name = platform_of(m).unwrap_or_else(|| format!("manifests[{i}]"));
-                out.push((name, reg.manifest_get(&repo.at_digest(&d.digest)).await?));
+            for c in index.platforms() {
+                let doc = reg
+                    .manifest_get(&repo.at_digest(&c.descriptor.digest))
+                    .await?;
+                out.push((c.platform.clone(), doc));
             }
             Ok(out)
         }
-        Some(Kind::Manifest(_)) => Ok(vec![(String::from("(single manifest)"), top.clone())]),
-        None => bail!(
-            "{repo}@{} has media type {}, neither a manifest nor an index",
-            top.digest,
-            top.media_type
-        ),
+        image::View::Manifest(_) => Ok(vec![(String::from("(single manifest)"), top.clone())]),
     }
 }
 
