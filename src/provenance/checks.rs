@@ -1,0 +1,282 @@
+//! `verify`'s checks of a statement against the image it describes, each naming the field.
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+
+use super::artifact::is_provenance;
+use super::*;
+use crate::media::{Descriptor, Document};
+use crate::registry::{Registry, Repo};
+
+/// What `verify` knows of a platform independently of the statement: the file path and the
+/// sha256 of the original and patched copies it read.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// The patch that writes `file`: a statement of other patches (stacked in a later run)
+    /// does not name it.
+    pub by: Option<String>,
+    pub file: Option<String>,
+    pub original_file: Option<String>,
+    pub patched_file: Option<String>,
+}
+
+pub(super) fn find_named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list.as_array()?
+        .iter()
+        .find(|r| r.get("name").and_then(Value::as_str) == Some(name))
+}
+
+pub(super) fn sha_of(r: Option<&Value>) -> Option<String> {
+    r?.get("digest")?
+        .get("sha256")?
+        .as_str()
+        .map(|h| format!("sha256:{h}"))
+}
+
+/// Checks the provenance of one patched platform manifest: an artifact is attached, and its
+/// statement agrees with the image. `original` is the digest it must name (from a digest map),
+/// else the statement's own is checked against the original manifest it names; `recorded` is
+/// the artifact the digest map says was attached. Returns the disagreements, each naming the
+/// field.
+pub async fn check(
+    reg: &Registry,
+    repo: &Repo,
+    manifest: &Document,
+    original: Option<&str>,
+    recorded: Option<&str>,
+    seen: &Seen,
+) -> Result<Checked> {
+    let mut problems = Vec::new();
+    let mut origins = Vec::new();
+    let (listed, _) = referrers(reg, repo, &manifest.digest).await?;
+    if let Some(r) = recorded {
+        if !listed
+            .iter()
+            .any(|d| d.get("digest").and_then(Value::as_str) == Some(r))
+        {
+            problems.push(format!(
+                "provenance: the artifact {r} recorded in the digest map is not attached to {}",
+                manifest.digest
+            ));
+        }
+    }
+    let ours: Vec<&Value> = listed.iter().filter(|d| is_provenance(d)).collect();
+    if ours.is_empty() {
+        problems.push(format!(
+            "provenance: no statement is attached to {} (no {PREDICATE_TYPE} referrer)",
+            manifest.digest
+        ));
+        return Ok(Checked { problems, origins });
+    }
+    let layers: Vec<Descriptor> = manifest
+        .json
+        .get("layers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| Descriptor::from_json(l, "layer").ok())
+        .collect();
+    let config = manifest
+        .json
+        .get("config")
+        .and_then(|c| c.get("digest"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    for d in ours {
+        let desc = match Descriptor::from_json(d, &format!("referrers of {}", manifest.digest)) {
+            Ok(desc) => desc,
+            Err(e) => {
+                problems.push(format!("provenance: statement missing: {e}"));
+                continue;
+            }
+        };
+        let at = format!("provenance {}", desc.digest);
+        let art = match reg.manifest_get(&repo.at_digest(&desc.digest)).await {
+            Ok(a) => a,
+            Err(e) => {
+                problems.push(format!("{at}: statement missing: {e}"));
+                continue;
+            }
+        };
+        let subject = art.json["subject"]["digest"].as_str().unwrap_or("none");
+        if subject != manifest.digest {
+            problems.push(format!(
+                "{at}: artifact subject digest is {subject}, not the manifest's {}",
+                manifest.digest
+            ));
+        }
+        let Some(layer) = art.json["layers"].as_array().and_then(|l| {
+            l.iter()
+                .find(|x| x.get("mediaType").and_then(Value::as_str) == Some(ARTIFACT_TYPE))
+        }) else {
+            problems.push(format!(
+                "{at}: statement missing (no {ARTIFACT_TYPE} layer)"
+            ));
+            continue;
+        };
+        let ldesc =
+            Descriptor::from_json(layer, &format!("{at} layers")).map_err(|e| anyhow!(e))?;
+        let bytes = match reg.blob_get_small(repo, &ldesc, 4 * 1024 * 1024).await {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{at}: statement missing: {e:#}"));
+                continue;
+            }
+        };
+        let st: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(format!("{at}: statement is not JSON: {e}"));
+                continue;
+            }
+        };
+        for (field, want) in [("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)] {
+            if st[field].as_str() != Some(want) {
+                problems.push(format!("{at}: {field} is {}, not {want}", st[field]));
+            }
+        }
+        let subj = sha_of(st["subject"].get(0));
+        if subj.as_deref() != Some(manifest.digest.as_str()) {
+            problems.push(format!(
+                "{at}: subject digest {} is not the manifest's {}",
+                subj.as_deref().unwrap_or("none"),
+                manifest.digest
+            ));
+        }
+        let pred = &st["predicate"];
+        let deps = &pred["buildDefinition"]["resolvedDependencies"];
+        let params = &pred["buildDefinition"]["externalParameters"];
+        origins.push(format!(
+            "{}@{} + patch {} (provenance {})",
+            params["source"]
+                .as_str()
+                .and_then(|s| Repo::parse_reference(s).ok())
+                .map_or("?".to_owned(), |(r, _)| r.to_string()),
+            sha_of(find_named(deps, "manifest"))
+                .as_deref()
+                .unwrap_or("?"),
+            params["patches"][0]["id"].as_str().unwrap_or("?"),
+            desc.digest
+        ));
+        let named_original = sha_of(find_named(deps, "manifest"));
+        match (original, named_original.as_deref()) {
+            (Some(want), got) if got != Some(want) => problems.push(format!(
+                "{at}: original digest {} is not the recorded original {want}",
+                got.unwrap_or("none")
+            )),
+            (None, None) => problems.push(format!("{at}: original digest missing")),
+            (None, Some(got)) => {
+                if let Some(p) =
+                    original_mismatch(reg, &st, got, &layers, named_layers_of(pred)).await?
+                {
+                    problems.push(format!("{at}: original digest {got}: {p}"));
+                }
+            }
+            _ => {}
+        }
+        let by = &pred["runDetails"]["byproducts"];
+        // The layers the statement names (one per file patch) are the manifest's last ones.
+        let named_layers: Vec<String> = by
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("name").and_then(Value::as_str) == Some("layer"))
+            .filter_map(|b| sha_of(Some(b)))
+            .collect();
+        let added: Vec<String> = layers
+            .iter()
+            .rev()
+            .take(named_layers.len())
+            .rev()
+            .map(|l| l.digest.clone())
+            .collect();
+        if named_layers != added {
+            problems.push(format!(
+                "{at}: layer digest {} is not the manifest's last layer {}",
+                named_layers.last().map_or("none", String::as_str),
+                layers.last().map_or("none", |l| l.digest.as_str())
+            ));
+        }
+        let named_config = sha_of(find_named(by, "config"));
+        if named_config != config {
+            problems.push(format!(
+                "{at}: config digest {} is not the manifest's {}",
+                named_config.as_deref().unwrap_or("none"),
+                config.as_deref().unwrap_or("none")
+            ));
+        }
+        let stated: Vec<&str> = params["patches"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["id"].as_str())
+            .collect();
+        let about_file = seen.by.as_deref().is_none_or(|b| stated.contains(&b));
+        if let (Some(file), true) = (&seen.file, about_file) {
+            for (role, list, want) in [
+                ("original file digest", deps, &seen.original_file),
+                ("patched file digest", by, &seen.patched_file),
+            ] {
+                let got = sha_of(find_named(list, file));
+                match want {
+                    Some(w) if got.as_deref() != Some(w.as_str()) => problems.push(format!(
+                        "{at}: {role} of {file} is {}, but the image's is {w}",
+                        got.as_deref().unwrap_or("none")
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(Checked { problems, origins })
+}
+
+/// What the provenance check found: disagreements, and per statement where the image came from
+/// (`REPO@ORIGINAL + patch ID`), for people reading `verify`.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    pub problems: Vec<String>,
+    pub origins: Vec<String>,
+}
+
+/// How many layers a predicate says the patches appended.
+fn named_layers_of(pred: &Value) -> usize {
+    pred["runDetails"]["byproducts"]
+        .as_array()
+        .map_or(0, |b| b.iter().filter(|x| x["name"] == "layer").count())
+}
+
+/// Without a digest map: the original a statement names must exist where it says and be this
+/// image without its last layer.
+async fn original_mismatch(
+    reg: &Registry,
+    st: &Value,
+    original: &str,
+    layers: &[Descriptor],
+    added: usize,
+) -> Result<Option<String>> {
+    let Some(source) = st["predicate"]["buildDefinition"]["externalParameters"]["source"].as_str()
+    else {
+        return Ok(Some("the statement names no source".into()));
+    };
+    let Ok((repo, _)) = Repo::parse_reference(source) else {
+        return Ok(Some(format!("source {source:?} is not a reference")));
+    };
+    let doc = match reg.manifest_get(&repo.at_digest(original)).await {
+        Ok(d) => d,
+        Err(e) => return Ok(Some(format!("not found in {repo}: {e}"))),
+    };
+    let theirs: Vec<String> = doc.json["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.get("digest").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    let ours: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
+    if theirs.len() + added != ours.len() || ours[..theirs.len()] != theirs[..] {
+        return Ok(Some(
+            "its layers are not this image's layers without the patch layers".into(),
+        ));
+    }
+    Ok(None)
+}
