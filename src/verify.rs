@@ -418,6 +418,9 @@ pub async fn verify_platform(
             )),
         }
     }
+    if check.file.is_none() {
+        check.file = added_files.first().map(|f| format!("/{f}"));
+    }
     for f in &added_files {
         for pyc in pycs_of(&scanned.pycs, f) {
             let problem = format!("stale bytecode /{pyc} is visible");
