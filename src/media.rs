@@ -15,6 +15,9 @@ pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 pub const OCI_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+pub const OCI_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+pub const OCI_LAYER_NONDIST_ZSTD: &str =
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd";
 pub const DOCKER_LAYER_FOREIGN: &str = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip";
 pub const OCI_LAYER_NONDIST_GZIP: &str =
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip";
@@ -76,6 +79,8 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
     Gzip,
+    /// zstd frames, skippable frames included (`zstd:chunked` keeps its table of contents in one).
+    Zstd,
     None,
 }
 
@@ -85,6 +90,7 @@ pub fn layer_compression(media_type: &str) -> Option<Compression> {
         DOCKER_LAYER_GZIP | OCI_LAYER_GZIP | DOCKER_LAYER_FOREIGN | OCI_LAYER_NONDIST_GZIP => {
             Some(Compression::Gzip)
         }
+        OCI_LAYER_ZSTD | OCI_LAYER_NONDIST_ZSTD => Some(Compression::Zstd),
         OCI_LAYER_TAR | "application/vnd.oci.image.layer.nondistributable.v1.tar" => {
             Some(Compression::None)
         }

@@ -515,6 +515,13 @@ pub fn scan_layer<R: Read>(
             // The tar ends before the gzip stream does; read the rest so the CRC is checked.
             io::copy(&mut gz, &mut io::sink()).map_err(err)?;
         }
+        Compression::Zstd => {
+            // Decodes every frame to the end of the blob; skippable frames are passed over.
+            let mut zst = zstd::stream::read::Decoder::new(&mut counting).map_err(err)?;
+            scan_tar(&mut zst, wanted, &mut scan, &mut keeper).map_err(err)?;
+            // As for gzip: read to the end so every frame's checksum is checked.
+            io::copy(&mut zst, &mut io::sink()).map_err(err)?;
+        }
         Compression::None => {
             scan_tar(&mut counting, wanted, &mut scan, &mut keeper).map_err(err)?
         }
@@ -1100,6 +1107,35 @@ mod tests {
             Vec::new(),
             to,
         )
+    }
+
+    #[test]
+    fn zstd_layers_with_skippable_frames_are_read_to_the_end() {
+        let tar = tar_of(&[file(&format!("usr/lib/{T}"), b"x = 1\n")]);
+        // Two frames and a skippable frame at the end, as zstd:chunked writes its table of contents.
+        let (a, b) = tar.split_at(tar.len() / 2);
+        let mut blob = zstd::stream::encode_all(a, 3).expect("zstd");
+        blob.extend(zstd::stream::encode_all(b, 3).expect("zstd"));
+        blob.extend(0x184D_2A50u32.to_le_bytes());
+        blob.extend(4u32.to_le_bytes());
+        blob.extend(b"toc!");
+        let desc = Descriptor {
+            media_type: crate::media::OCI_LAYER_ZSTD.into(),
+            digest: "sha256:z".into(),
+            size: blob.len() as u64,
+            urls: Vec::new(),
+        };
+        let run = Budget::new(MAX_KEPT_PER_RUN);
+        let s = scan_layer(&blob[..], &desc, Compression::Zstd, &wanted(), &run).expect("scan");
+        assert_eq!(s.targets.len(), 1);
+        assert_eq!(s.compressed_bytes, blob.len() as u64);
+        // A truncated frame is an error, not a short layer.
+        let cut = &blob[..blob.len() / 2];
+        let short = Descriptor {
+            size: cut.len() as u64,
+            ..desc
+        };
+        assert!(scan_layer(cut, &short, Compression::Zstd, &wanted(), &run).is_err());
     }
 
     #[test]

@@ -91,6 +91,7 @@ const MAX_CACHED_KEPT: u64 = 1024 * 1024;
 fn compression_name(c: Compression) -> &'static str {
     match c {
         Compression::Gzip => "gzip",
+        Compression::Zstd => "zstd",
         Compression::None => "none",
     }
 }
