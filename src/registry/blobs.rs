@@ -4,21 +4,20 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt, TryStreamExt};
+use futures_util::{Stream, TryStreamExt};
 use reqwest::header::{HeaderMap, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
 use reqwest::{Method, StatusCode};
-use tokio::io::AsyncRead;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::io::StreamReader;
 
 use super::auth::Scope;
+use super::store::Chunks;
 use super::transport::{limits, transport, Answer, Body, Call, Cut};
-use super::{retryable, Registry, RegistryError, Repo};
+use super::{retryable, Http, RegistryError, Repo};
 use crate::media::{self, Descriptor};
 
 const FETCH: &str = "fetching blob";
 
-impl Registry {
+impl Http {
     pub async fn blob_exists(&self, repo: &Repo, digest: &str) -> Result<bool, RegistryError> {
         let what = format!("{repo}@{digest}");
         let url = format!("{}/blobs/{digest}", self.base(repo));
@@ -106,14 +105,14 @@ impl Registry {
     /// deadline. A connection that breaks mid-blob is resumed with a range request (or re-read
     /// from the start where ranges are not supported), within the retry policy; a stall is not
     /// retried. `permit` is a request slot the caller already holds.
-    fn blob_chunks(
+    pub(crate) fn blob_chunks(
         &self,
         repo: &Repo,
         desc: &Descriptor,
         permit: Option<OwnedSemaphorePermit>,
     ) -> impl Stream<Item = Result<Bytes, RegistryError>> + Send + 'static {
         struct State {
-            reg: Registry,
+            reg: Http,
             repo: Repo,
             desc: Descriptor,
             what: String,
@@ -256,65 +255,6 @@ impl Registry {
                 }
             }
         })
-    }
-
-    /// [`Registry::blob_chunks`] with I/O errors, for readers.
-    pub fn blob_stream(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-    ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-        self.blob_chunks(repo, desc, None)
-            .map_err(std::io::Error::other)
-    }
-
-    /// Streams a blob as an `AsyncRead`.
-    ///
-    /// The download (socket reads, sha256) runs in its own task and hands chunks over a
-    /// bounded channel, so it proceeds on another core while the reader inflates; the channel
-    /// bounds what is buffered to a few MiB.
-    pub async fn blob_reader(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-    ) -> Result<impl AsyncRead + Send + Unpin + 'static, RegistryError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
-        let mut stream = Box::pin(self.blob_stream(repo, desc));
-        tokio::spawn(async move {
-            while let Some(item) = stream.next().await {
-                if tx.send(item).await.is_err() {
-                    break; // the reader is gone
-                }
-            }
-        });
-        let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        });
-        Ok(StreamReader::new(Box::pin(chunks)))
-    }
-
-    /// Reads a small blob (a config, the patch layer) whole, bounded and verified.
-    pub async fn blob_get_small(
-        &self,
-        repo: &Repo,
-        desc: &Descriptor,
-        max: u64,
-    ) -> Result<Vec<u8>, RegistryError> {
-        if desc.size > max {
-            return Err(RegistryError::new(
-                FETCH,
-                &format!("{repo}@{}", desc.digest),
-                format!("{} bytes is over the {max} byte limit", desc.size),
-                None,
-            ));
-        }
-        let mut out = Vec::with_capacity(desc.size as usize);
-        let mut s = Box::pin(self.blob_chunks(repo, desc, None));
-        while let Some(chunk) = s.next().await {
-            out.extend_from_slice(&chunk?);
-        }
-        // The stream checked size and digest before ending cleanly.
-        Ok(out)
     }
 
     /// Starts an upload session; returns its absolute URL.
@@ -523,20 +463,39 @@ impl Registry {
         desc: &Descriptor,
     ) -> Result<(), RegistryError> {
         let what = format!("{source}@{} to {target}", desc.digest);
+        self.blob_send(target, desc, &what, true, |slot| {
+            Box::pin(self.blob_chunks(source, desc, slot))
+        })
+        .await
+    }
+
+    /// Uploads a blob from a stream `source` makes (again for each attempt): a registry blob
+    /// (`two_slots`: the GET takes the first slot) or a file of an OCI layout (one slot).
+    pub(crate) async fn blob_send(
+        &self,
+        target: &Repo,
+        desc: &Descriptor,
+        what: &str,
+        two_slots: bool,
+        source: impl Fn(Option<OwnedSemaphorePermit>) -> Chunks,
+    ) -> Result<(), RegistryError> {
         let op = "copying blob";
         let retry = self.inner.retry;
         let deadline = limits().deadline(desc.size);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let loc = self.upload_start(target, &what).await?;
-            let (get_slot, put_slot) = self.two_slots().await;
+            let loc = self.upload_start(target, what).await?;
+            let (get_slot, put_slot) = if two_slots {
+                let (get, put) = self.two_slots().await;
+                (Some(get), put)
+            } else {
+                (None, self.slot().await)
+            };
             let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
             let bar = crate::report::bar(format!("copy {short} to {}", target.registry), desc.size);
             let counted = bar.clone();
-            let stream = self
-                .blob_chunks(source, desc, Some(get_slot))
-                .inspect_ok(move |c| counted.inc(c.len() as u64));
+            let stream = source(get_slot).inspect_ok(move |c| counted.inc(c.len() as u64));
             let put_url = Self::with_digest(&loc, &desc.digest);
             let authz = if self.is_own(target, &put_url) {
                 self.inner
@@ -547,7 +506,7 @@ impl Registry {
                         &Scope::push(&target.repository),
                     )
                     .await
-                    .map_err(|e| RegistryError::new(op, &what, e.0, None))?
+                    .map_err(|e| RegistryError::new(op, what, e.0, None))?
             } else {
                 None
             };
@@ -569,7 +528,7 @@ impl Registry {
                 Err(_) => {
                     return Err(RegistryError::new(
                         op,
-                        &what,
+                        what,
                         Cut::Deadline(deadline).to_string(),
                         None,
                     ))
@@ -587,7 +546,7 @@ impl Registry {
                     drop(answer);
                     if !retryable(s) {
                         self.upload_cancel(target, &loc).await;
-                        return Err(RegistryError::new(op, &what, msg, Some(s.as_u16())));
+                        return Err(RegistryError::new(op, what, msg, Some(s.as_u16())));
                     }
                     msg
                 }
@@ -614,7 +573,7 @@ impl Registry {
             let wait = retry.backoff(attempt);
             // Each attempt is bounded by its deadline; attempts by the retry count.
             if attempt >= retry.attempts {
-                return Err(RegistryError::new(op, &what, failure, None));
+                return Err(RegistryError::new(op, what, failure, None));
             }
             tracing::warn!(
                 "{op} {what}: {failure}; retry {attempt}/{} in {:.1}s",

@@ -11,8 +11,13 @@
 
 pub mod auth;
 mod blobs;
+pub mod layout;
+mod reference;
 pub mod referrers;
+pub mod store;
 pub mod transport;
+
+pub use store::Registry;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -29,18 +34,26 @@ use crate::media::{Document, MANIFEST_ACCEPT, MANIFEST_MAX_BYTES};
 use auth::Auth;
 use transport::{limits, Body, Call, TAGS_PAGE_MAX};
 
-/// A repository on a registry, as the user named it (`docker.io/gpustack/runner`).
+/// A repository on a registry, as the user named it (`docker.io/gpustack/runner`), or an OCI
+/// layout directory (`oci:PATH`: `registry` empty, `repository` `oci:PATH`, so that references
+/// to it print as skopeo writes them, `oci:PATH:TAG`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Repo {
-    /// Registry host as written after Docker's normalisation (`docker.io`, `127.0.0.1:5000`).
+    /// Registry host as written after Docker's normalisation (`docker.io`, `127.0.0.1:5000`);
+    /// empty for a layout.
     pub registry: String,
     pub repository: String,
 }
 
 impl Repo {
     /// Parses a repository name with Docker's conventions (`gpustack/runner` is on docker.io,
-    /// `ubuntu` is `docker.io/library/ubuntu`); a tag or digest is refused.
+    /// `ubuntu` is `docker.io/library/ubuntu`; `docker://` may lead), or `oci:PATH`; a tag or
+    /// digest is refused, and so is any other transport.
     pub fn parse(input: &str) -> Result<Self, String> {
+        let input = match reference::transport(input)? {
+            reference::Named::Layout(path) => return Repo::layout(input, path),
+            reference::Named::Registry(name) => name,
+        };
         // oci-spec's grammar has no IPv6 literals; Docker accepts `[::1]:5000/repo`.
         if let Some((host, path)) = input.strip_prefix('[').and_then(|_| input.split_once('/')) {
             let r: Reference = format!("localhost/{path}")
@@ -74,8 +87,13 @@ impl Repo {
         })
     }
 
-    /// Splits `REPO:TAG` or `REPO@DIGEST` into the repository and the reference to it.
+    /// Splits `REPO:TAG` or `REPO@DIGEST` into the repository and the reference to it
+    /// (`oci:PATH:TAG` at the last colon, as skopeo does).
     pub fn parse_reference(input: &str) -> Result<(Self, Reference), String> {
+        let input = match reference::transport(input)? {
+            reference::Named::Layout(_) => return reference::layout_reference(input),
+            reference::Named::Registry(name) => name,
+        };
         let (repo, rest, is_digest) = if let Some((r, d)) = input.split_once('@') {
             (r, d, true)
         } else {
@@ -107,6 +125,15 @@ impl Repo {
             repo.at_tag(rest)
         };
         Ok((repo, r))
+    }
+
+    /// The OCI layout directory this repository is, if it is one.
+    pub fn layout_path(&self) -> Option<&str> {
+        if self.registry.is_empty() {
+            self.repository.strip_prefix("oci:")
+        } else {
+            None
+        }
     }
 
     pub fn at_tag(&self, tag: &str) -> Reference {
@@ -208,6 +235,9 @@ fn check_host(input: &str, registry: &str) -> Result<(), String> {
 
 impl fmt::Display for Repo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.registry.is_empty() {
+            return write!(f, "{}", self.repository);
+        }
         write!(f, "{}/{}", self.registry, self.repository)
     }
 }
@@ -320,18 +350,18 @@ struct Inner {
 /// One client for a run: connection pool, token cache, credentials, and the bound on requests
 /// in flight.
 #[derive(Clone)]
-pub struct Registry {
+pub struct Http {
     inner: Arc<Inner>,
 }
 
-impl Registry {
+impl Http {
     /// A client for the given repositories: loopback ones over plain HTTP, others over TLS; at
     /// most the configured number of requests in flight.
     pub fn new(repos: &[&Repo]) -> Result<Self, RegistryError> {
         Self::with_concurrency(repos, limits().max_requests)
     }
 
-    /// As [`Registry::new`], with at most `max_requests` requests in flight at once (at least
+    /// As [`Http::new`], with at most `max_requests` requests in flight at once (at least
     /// two: a cross-registry copy reads and writes together), so that an index with thousands of
     /// children never opens thousands of connections.
     pub fn with_concurrency(repos: &[&Repo], max_requests: usize) -> Result<Self, RegistryError> {
@@ -362,7 +392,7 @@ impl Registry {
                 )
             })?;
         let auth = Auth::new(http.clone());
-        Ok(Registry {
+        Ok(Http {
             inner: Arc::new(Inner {
                 http,
                 auth,
@@ -550,7 +580,7 @@ impl Registry {
         self.manifest_put_answer(r, doc).await.map(|_| ())
     }
 
-    /// [`Registry::manifest_put`], returning the `OCI-Subject` header of the answer (a registry
+    /// [`Http::manifest_put`], returning the `OCI-Subject` header of the answer (a registry
     /// that keeps referrers itself names the subject there).
     pub(crate) async fn manifest_put_answer(
         &self,
@@ -712,7 +742,7 @@ mod tests {
     #[test]
     fn urls_the_registry_names_are_resolved_and_only_its_origin_is_its_own() {
         let repo = Repo::parse("127.0.0.1:5000/a/b").expect("parse");
-        let reg = Registry::new(&[&repo]).expect("client");
+        let reg = Http::new(&[&repo]).expect("client");
         assert_eq!(
             reg.absolute(&repo, "/v2/a/b/blobs/uploads/x?s=1"),
             "http://127.0.0.1:5000/v2/a/b/blobs/uploads/x?s=1"

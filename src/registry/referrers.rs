@@ -8,7 +8,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 
 use super::transport::{Body, Call};
-use super::{Registry, RegistryError, Repo};
+use super::{Http, Registry, RegistryError, Repo};
 use crate::media::{Document, MANIFEST_MAX_BYTES, OCI_INDEX};
 
 impl Registry {
@@ -25,7 +25,9 @@ impl Registry {
             .await?;
         Ok(subject_seen.as_deref() == Some(subject))
     }
+}
 
+impl Http {
     /// The referrers of `digest` from the referrers API, or `None` when the registry has no such
     /// API (distribution 2.8 answers 404; the caller then reads the referrers tag schema).
     pub async fn referrers_get(

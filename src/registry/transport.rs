@@ -14,7 +14,7 @@ use reqwest::header::{HeaderMap, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode, Url};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{registry_message, retry_after, retryable, Registry, RegistryError, Repo};
+use super::{registry_message, retry_after, retryable, Http, RegistryError, Repo};
 use crate::registry::auth::Scope;
 
 /// Time and concurrency bounds for registry traffic, set once per run from the command line
@@ -314,7 +314,7 @@ pub(crate) enum Body {
     Bytes(Bytes),
 }
 
-impl Registry {
+impl Http {
     /// The origin (`scheme://host:port`) the registry's API is served from.
     pub(crate) fn origin_of(&self, repo: &Repo) -> String {
         let ep = repo.endpoint();
