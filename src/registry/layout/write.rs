@@ -1,0 +1,202 @@
+//! The write side of an OCI layout: creation, the run's lock, verified blob files and the
+//! `index.json` rewrite, each by temporary file, fsync and rename.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use sha2::Digest as _;
+use tokio::io::AsyncWriteExt;
+
+use super::{blob_path, err, Dir, Layout, LAYOUT_VERSION};
+use crate::digest::sha256;
+use crate::media::{self, Descriptor, Document, OCI_INDEX};
+use crate::registry::store::Chunks;
+use crate::registry::{RegistryError, Repo};
+
+/// A temporary name in the layout's own directory (so the rename stays on one file system);
+/// readers of the layout never look at names starting with a dot.
+fn temp_path(root: &Path) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    root.join(format!(".runner-patch-{}-{n}.tmp", std::process::id()))
+}
+
+async fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    tokio::fs::File::open(dir).await?.sync_all().await
+}
+
+/// Writes `chunks` to `dest` by way of a temporary file: the bytes must have `digest` and, when
+/// given, `size`; then fsync, rename, fsync of the directory. Nothing is left behind on failure.
+pub(super) async fn write_verified(
+    root: &Path,
+    dest: &Path,
+    digest: &str,
+    size: Option<u64>,
+    mut chunks: Chunks,
+    what: &str,
+    op: &'static str,
+) -> Result<(), RegistryError> {
+    let tmp = temp_path(root);
+    let io = |e: std::io::Error| err(op, what, format!("writing {}: {e}", tmp.display()));
+    let result = async {
+        let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut n = 0u64;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk?;
+            n += chunk.len() as u64;
+            if size.is_some_and(|s| n > s) {
+                return Err(err(op, what, format!("the source sent more than the {} bytes the descriptor gives", size.unwrap_or(0))));
+            }
+            hasher.update(&chunk);
+            f.write_all(&chunk).await.map_err(io)?;
+        }
+        let actual = crate::digest::finish(hasher);
+        if actual != digest || size.is_some_and(|s| s != n) {
+            return Err(err(op, what, format!("digest mismatch: {n} bytes with digest {actual} arrived; refusing to store them as {digest}")));
+        }
+        f.sync_all().await.map_err(io)?;
+        drop(f);
+        tokio::fs::rename(&tmp, dest).await.map_err(io)?;
+        if let Some(parent) = dest.parent() {
+            fsync_dir(parent).await.map_err(io)?;
+        }
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result
+}
+
+pub(super) fn one(bytes: Vec<u8>) -> Chunks {
+    Box::pin(futures_util::stream::once(
+        async move { Ok(Bytes::from(bytes)) },
+    ))
+}
+
+impl Layout {
+    /// The layout ready for writes: created when missing, and locked for the rest of the run.
+    pub(super) async fn writable(&self, repo: &Repo) -> Result<Arc<Dir>, RegistryError> {
+        let dir = self.dir(repo);
+        let op = "writing OCI layout";
+        let mut lock = dir.lock.lock().await;
+        if lock.is_some() {
+            drop(lock);
+            return Ok(dir);
+        }
+        let io = |e: std::io::Error| err(op, &dir.shown, e.to_string());
+        if Self::index(&dir).await?.is_none() {
+            tokio::fs::create_dir_all(dir.path.join("blobs/sha256"))
+                .await
+                .map_err(io)?;
+            let marker = serde_json::to_vec(&json!({ "imageLayoutVersion": LAYOUT_VERSION }))
+                .unwrap_or_default();
+            let marker_digest = sha256(&marker);
+            let what = dir.shown.clone();
+            write_verified(
+                &dir.path,
+                &dir.path.join("oci-layout"),
+                &marker_digest,
+                None,
+                one(marker),
+                &what,
+                op,
+            )
+            .await?;
+        }
+        tokio::fs::create_dir_all(dir.path.join("blobs/sha256"))
+            .await
+            .map_err(io)?;
+        let file = std::fs::File::open(dir.path.join("oci-layout")).map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(err(op, &dir.shown, "another run is writing this layout (its oci-layout file is locked); refusing, one writer at a time"));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        if !dir.path.join("index.json").exists() {
+            let empty = json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []});
+            Self::write_index(&dir, &empty).await?;
+        }
+        *lock = Some(file);
+        drop(lock);
+        Ok(dir)
+    }
+
+    pub(super) async fn write_index(dir: &Dir, index: &Value) -> Result<(), RegistryError> {
+        let bytes = serde_json::to_vec(index).unwrap_or_default();
+        let digest = sha256(&bytes);
+        let what = format!("{} index.json", dir.shown);
+        write_verified(
+            &dir.path,
+            &dir.path.join("index.json"),
+            &digest,
+            None,
+            one(bytes),
+            &what,
+            "writing OCI layout",
+        )
+        .await
+    }
+
+    /// Refuses to tag `doc` unless every blob it names is in the layout, children's included.
+    pub(super) async fn check_complete(dir: &Dir, doc: &Document) -> Result<(), RegistryError> {
+        let what = format!("{}@{}", dir.shown, doc.digest);
+        let missing = |d: &str| {
+            err(
+                "tagging",
+                &what,
+                format!("blob {d} it names is not in the layout; refusing to write index.json"),
+            )
+        };
+        let mut blobs: Vec<Value> = doc.json.get("config").into_iter().cloned().collect();
+        blobs.extend(
+            doc.json
+                .get("layers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        for child in doc
+            .json
+            .get("manifests")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let d = Descriptor::from_json(child, &what).map_err(|e| err("tagging", &what, e))?;
+            let path = blob_path(&dir.path, &d.digest).ok_or_else(|| missing(&d.digest))?;
+            let bytes = tokio::fs::read(&path)
+                .await
+                .map_err(|_| missing(&d.digest))?;
+            if let Ok(child) = Document::parse(bytes, "a child manifest") {
+                blobs.extend(child.json.get("config").into_iter().cloned());
+                blobs.extend(
+                    child
+                        .json
+                        .get("layers")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+            }
+        }
+        for b in blobs {
+            let d = Descriptor::from_json(&b, &what).map_err(|e| err("tagging", &what, e))?;
+            let present = blob_path(&dir.path, &d.digest).is_some_and(|p| p.is_file());
+            if !present && !media::is_foreign(&d) {
+                return Err(missing(&d.digest));
+            }
+        }
+        Ok(())
+    }
+}
