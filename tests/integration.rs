@@ -10,6 +10,8 @@ mod apply;
 mod durability;
 #[path = "it/hostile.rs"]
 mod hostile;
+#[path = "it/layout.rs"]
+mod layout;
 #[path = "it/overlay.rs"]
 mod overlay;
 #[path = "it/patch_kinds.rs"]

@@ -121,6 +121,8 @@ impl Layout {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
+        // Holding the lock, no other run writes here: temporary files are a killed run's.
+        Self::sweep(&dir.path).await;
         if !dir.path.join("index.json").exists() {
             let empty = json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []});
             Self::write_index(&dir, &empty).await?;
@@ -198,5 +200,22 @@ impl Layout {
             }
         }
         Ok(())
+    }
+
+    /// Removes the temporary files a killed run left in the layout (never named by index.json).
+    async fn sweep(root: &Path) {
+        let Ok(mut entries) = tokio::fs::read_dir(root).await else {
+            return;
+        };
+        while let Ok(Some(e)) = entries.next_entry().await {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".runner-patch-") && name.ends_with(".tmp") {
+                tracing::debug!(
+                    "removing {name}, left in {} by a killed run",
+                    root.display()
+                );
+                let _ = tokio::fs::remove_file(e.path()).await;
+            }
+        }
     }
 }

@@ -1,0 +1,754 @@
+//! OCI layout directories (`oci:PATH`) as source and target, and zstd layers (issue 11). Layouts
+//! are made and read back with skopeo and umoci; digests are compared with what skopeo serves
+//! from the registry and with the files in the layout, never with this tool's own reading.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+const MARKER: &str = "# runner-patch multiconnector-observe:";
+const BACKENDS: [(&str, &str); 3] = [
+    ("cuda", "cuda12.9-vllm0.27.1"),
+    ("rocm", "rocm7.2-vllm0.25.1"),
+    ("cann", "cann9.0-910b-vllm0.20.2"),
+];
+
+fn tool(bin: &str, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "{bin} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn oci(dir: &Path) -> String {
+    format!("oci:{}", dir.display())
+}
+
+/// `skopeo copy --all` of a registry tag into a layout (skopeo writes OCI types only).
+fn to_layout(reference: &str, dir: &Path, tag: &str, extra: &[&str]) {
+    let dest = format!("{}:{tag}", oci(dir));
+    let src = format!("docker://{reference}");
+    let mut args = vec!["copy", "-q", "--all", "--src-tls-verify=false"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[src.as_str(), dest.as_str()]);
+    tool("skopeo", &args);
+}
+
+fn blob(dir: &Path, digest: &str) -> Vec<u8> {
+    let hex = digest.strip_prefix("sha256:").expect("sha256");
+    std::fs::read(dir.join("blobs/sha256").join(hex)).expect("blob in the layout")
+}
+
+fn json_blob(dir: &Path, digest: &str) -> Value {
+    serde_json::from_slice(&blob(dir, digest)).expect("json blob")
+}
+
+/// `index.json`'s entry for a tag, read from the file.
+fn entry(dir: &Path, tag: &str) -> Option<Value> {
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).expect("index.json"))
+            .expect("json");
+    index["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .find(|e| e["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .cloned()
+}
+
+/// Every file in `blobs/sha256` holds the bytes its name says, and every blob `index.json`
+/// names, down to each child manifest's config and layers, is there.
+fn assert_whole(dir: &Path) {
+    for e in std::fs::read_dir(dir.join("blobs/sha256")).expect("blobs") {
+        let e = e.expect("entry");
+        let name = e.file_name().to_string_lossy().into_owned();
+        let bytes = std::fs::read(e.path()).expect("read blob");
+        assert_eq!(sha256_hex(&bytes), format!("sha256:{name}"), "blob {name}");
+    }
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).expect("index.json"))
+            .expect("index.json is JSON");
+    let mut stack: Vec<Value> = index["manifests"].as_array().expect("manifests").clone();
+    while let Some(d) = stack.pop() {
+        let digest = d["digest"].as_str().expect("digest");
+        let path = dir
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"));
+        assert!(
+            path.is_file(),
+            "index.json reaches {digest}, which is missing"
+        );
+        let media = d["mediaType"].as_str().unwrap_or_default();
+        if media.contains("manifest") || media.contains("index") {
+            let doc = json_blob(dir, digest);
+            stack.extend(doc["manifests"].as_array().into_iter().flatten().cloned());
+            stack.extend(doc.get("config").cloned());
+            stack.extend(doc["layers"].as_array().into_iter().flatten().cloned());
+        }
+    }
+}
+
+/// One platform of a layout's tag unpacked by umoci (after skopeo picks the platform, in gzip
+/// when `gzip`); returns the rootfs.
+fn unpack_from(source: &str, arch: &str, into: &Path, gzip: bool) -> PathBuf {
+    std::fs::create_dir_all(into).expect("mkdir");
+    let single = into.join(format!("single-{arch}"));
+    let bundle = into.join(format!("bundle-{arch}"));
+    let dest = format!("{}:t", oci(&single));
+    let mut args = vec![
+        "copy",
+        "-q",
+        "--src-tls-verify=false",
+        "--override-os",
+        "linux",
+        "--override-arch",
+        arch,
+    ];
+    if gzip {
+        args.extend_from_slice(&["--dest-compress", "--dest-compress-format", "gzip"]);
+    }
+    args.extend_from_slice(&[source, dest.as_str()]);
+    tool("skopeo", &args);
+    let image = format!("{}:t", single.display());
+    let b = bundle.display().to_string();
+    tool("umoci", &["unpack", "--rootless", "--image", &image, &b]);
+    bundle.join("rootfs")
+}
+
+/// The file the container sees, checked patched and without stale bytecode beside it.
+fn patched_file(rootfs: &Path, file: &str) -> String {
+    let rel = file.trim_start_matches('/');
+    let content = std::fs::read_to_string(rootfs.join(rel)).expect("file in rootfs");
+    assert!(content.contains(MARKER), "{file} is not the patched one");
+    let cache = rootfs
+        .join(Path::new(rel).parent().expect("dir"))
+        .join("__pycache__");
+    let stale: Vec<_> = std::fs::read_dir(&cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("multi_connector.")
+        })
+        .collect();
+    assert!(stale.is_empty(), "stale bytecode visible: {stale:?}");
+    content
+}
+
+fn arch_of(plat: &Value) -> String {
+    plat["platform"]
+        .as_str()
+        .expect("platform")
+        .split('/')
+        .nth(1)
+        .expect("arch")
+        .to_owned()
+}
+
+fn run_ok(work: &Path, args: &[&str]) -> Value {
+    let run = cli(work, args);
+    assert_eq!(run.code, 0, "{args:?}: {}\n{}", run.stdout, run.stderr);
+    run.json()
+}
+
+fn apply_json(work: &Path, backend: &str, repo: &str, tag: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "apply",
+        "--backend",
+        backend,
+        "--repository",
+        repo,
+        "--tag",
+        tag,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let map = run_ok(work, &args);
+    map["images"][0].clone()
+}
+
+#[test]
+fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_registry() {
+    let reg = Registry::start();
+    let summary = reg.seed(&BACKENDS.map(|(_, t)| t));
+    let work = tempfile::tempdir().expect("tmp");
+    let w = work.path();
+    let lay = w.join("layout");
+    for (_, tag) in BACKENDS {
+        to_layout(&format!("{}:{tag}", reg.repo()), &lay, tag, &[]);
+    }
+    let repo = oci(&lay);
+    for (backend, tag) in BACKENDS {
+        let original = entry(&lay, tag).expect("tag in layout")["digest"].clone();
+        // plan reads the layout and writes nothing.
+        let before = std::fs::read(lay.join("index.json")).expect("index");
+        let plan = run_ok(
+            w,
+            &[
+                "plan",
+                "--backend",
+                backend,
+                "--repository",
+                &repo,
+                "--tag",
+                tag,
+                "--json",
+            ],
+        );
+        assert_eq!(plan["images"][0]["outcome"], "patched", "{plan:#}");
+        assert_eq!(
+            std::fs::read(lay.join("index.json")).expect("index"),
+            before
+        );
+
+        // layout -> registry, from the unpatched layout.
+        let up_repo = format!("{}/fromlayout", reg.addr);
+        let up = apply_json(
+            w,
+            backend,
+            &repo,
+            tag,
+            &[
+                "--target-repository",
+                &up_repo,
+                "--manifest",
+                &format!("{backend}-up.json"),
+            ],
+        );
+        assert_eq!(up["outcome"], "patched");
+        assert_eq!(up["source"], format!("{repo}:{tag}"));
+        assert_eq!(up["original_digest"], original);
+        assert_eq!(
+            up["patched_digest"].as_str(),
+            Some(served(&format!("{up_repo}:{tag}")).as_str())
+        );
+
+        // In place.
+        let map_path = format!("{backend}.json");
+        let img = apply_json(w, backend, &repo, tag, &["--manifest", &map_path]);
+        assert_eq!(img["outcome"], "patched", "{img:#}");
+        assert_eq!(
+            (&img["source"], &img["target"]),
+            (
+                &json!(format!("{repo}:{tag}")),
+                &json!(format!("{repo}:{tag}"))
+            )
+        );
+        assert_eq!(img["original_digest"], original);
+        let now = entry(&lay, tag).expect("tag");
+        assert_eq!(now["digest"], img["patched_digest"]);
+        assert_eq!(now["mediaType"], "application/vnd.oci.image.index.v1+json");
+        assert_whole(&lay);
+        // The same source read from the same name: the same patched digests as layout -> registry.
+        assert_eq!(img["patched_digest"], up["patched_digest"]);
+        for (a, b) in img["platforms"]
+            .as_array()
+            .expect("p")
+            .iter()
+            .zip(up["platforms"].as_array().expect("p"))
+        {
+            assert_eq!(a["patched_digest"], b["patched_digest"]);
+        }
+
+        let v = cli(
+            w,
+            &["verify", &format!("{repo}:{tag}"), "--manifest", &map_path],
+        );
+        assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+
+        // umoci sees the patched file, the same bytes the registry path gives.
+        let fx = &summary["images"][tag];
+        let reg_img = apply_json(
+            w,
+            backend,
+            &reg.repo(),
+            tag,
+            &["--manifest", &format!("{backend}-reg.json")],
+        );
+        assert_eq!(reg_img["outcome"], "patched");
+        for plat in img["platforms"].as_array().expect("platforms") {
+            assert_eq!(plat["outcome"], "patched", "{}", plat["reason"]);
+            let arch = arch_of(plat);
+            let file = plat["file"].as_str().expect("file");
+            let here = w.join(format!("{tag}-layout"));
+            let from_layout = patched_file(
+                &unpack_from(&format!("{repo}:{tag}"), &arch, &here, false),
+                file,
+            );
+            let (rootfs, _) = unpack(
+                &format!("{}:{tag}", reg.repo()),
+                &arch,
+                &w.join(format!("{tag}-reg")),
+            );
+            assert_eq!(from_layout, patched_file(&rootfs, file), "{tag} {arch}");
+            assert!(fx["platforms"]
+                .as_object()
+                .expect("p")
+                .values()
+                .any(|p| p["file"] == file));
+        }
+
+        // rollback moves the layout's tag back.
+        let rb = cli(w, &["rollback", "--manifest", &map_path]);
+        assert_eq!(rb.code, 0, "{}{}", rb.stdout, rb.stderr);
+        assert_eq!(entry(&lay, tag).expect("tag")["digest"], original);
+        assert_whole(&lay);
+    }
+}
+
+#[test]
+fn registry_to_layout_keeps_docker_types_and_equals_the_registry_patch() {
+    let reg = Registry::start();
+    let tags = ["cuda12.9-vllm0.27.1", "cann9.0-910b-vllm0.20.2"];
+    let summary = reg.seed(&tags);
+    let work = tempfile::tempdir().expect("tmp");
+    let w = work.path();
+    // A target layout that does not exist yet is created.
+    let lay = w.join("new/layout");
+    let repo = oci(&lay);
+    for (backend, tag) in [("cuda", tags[0]), ("cann", tags[1])] {
+        let fx = &summary["images"][tag];
+        let down = apply_json(
+            w,
+            backend,
+            &reg.repo(),
+            tag,
+            &["--target-repository", &repo, "--manifest", "down.json"],
+        );
+        assert_eq!(down["outcome"], "patched", "{down:#}");
+        assert_eq!(down["target"], format!("{repo}:{tag}"));
+        let e = entry(&lay, tag).expect("tag in the new layout");
+        assert_eq!(e["digest"], down["patched_digest"]);
+        // The entry carries the manifest's own media type: a Docker list stays a Docker list.
+        assert_eq!(e["mediaType"], fx["media_type"]);
+        assert_eq!(
+            json_blob(&lay, e["digest"].as_str().expect("d"))["mediaType"],
+            fx["media_type"]
+        );
+        assert_whole(&lay);
+        let v = cli(
+            w,
+            &[
+                "verify",
+                &format!("{repo}:{tag}"),
+                "--manifest",
+                "down.json",
+            ],
+        );
+        assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+
+        // The same image patched registry -> registry: the same digests (same source name).
+        let other = format!("{}/inregistry", reg.addr);
+        let inreg = apply_json(
+            w,
+            backend,
+            &reg.repo(),
+            tag,
+            &["--target-repository", &other, "--manifest", "inreg.json"],
+        );
+        assert_eq!(inreg["patched_digest"], down["patched_digest"]);
+        for (a, b) in inreg["platforms"]
+            .as_array()
+            .expect("p")
+            .iter()
+            .zip(down["platforms"].as_array().expect("p"))
+        {
+            assert_eq!(
+                a["patched_digest"], b["patched_digest"],
+                "{}",
+                a["platform"]
+            );
+        }
+
+        // Back to a registry: the digests the layout holds are the ones served (family kept).
+        let back = format!("{}/back", reg.addr);
+        let up = apply_json(
+            w,
+            backend,
+            &repo,
+            tag,
+            &["--target-repository", &back, "--manifest", "up.json"],
+        );
+        assert_eq!(up["outcome"], "already-patched", "{up:#}");
+        let raw = skopeo_raw(&format!("{back}:{tag}"));
+        assert_eq!(
+            Some(sha256_hex(&raw).as_str()),
+            down["patched_digest"].as_str()
+        );
+        let served_doc: Value = serde_json::from_slice(&raw).expect("json");
+        assert_eq!(served_doc["mediaType"], fx["media_type"]);
+        for plat in down["platforms"].as_array().expect("platforms") {
+            let arch = arch_of(plat);
+            let file = plat["file"].as_str().expect("file");
+            let (a, _) = unpack(
+                &format!("{back}:{tag}"),
+                &arch,
+                &w.join(format!("{tag}-back")),
+            );
+            let (b, _) = unpack(
+                &format!("{other}:{tag}"),
+                &arch,
+                &w.join(format!("{tag}-other")),
+            );
+            assert_eq!(patched_file(&a, file), patched_file(&b, file));
+        }
+    }
+}
+
+/// Waits until the fault proxy signals that it holds the request.
+fn wait_for(child: &mut std::process::Child, signal: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !signal.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("runner-patch ended ({status}) before the held request");
+        }
+        assert!(Instant::now() < deadline, "the held request never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
+    let reg = Registry::start();
+    let tag = "cuda12.9-vllm0.27.1";
+    let other = "cann9.0-910b-vllm0.20.2";
+    reg.seed(&[tag, other]);
+    let work = tempfile::tempdir().expect("tmp");
+    let w = work.path();
+    let lay = w.join("layout");
+    to_layout(&format!("{}:{other}", reg.repo()), &lay, other, &[]);
+    let before_other = entry(&lay, other).expect("other tag");
+    let plan_file = w.join("faults.json");
+    std::fs::write(&plan_file, "[]").expect("plan");
+    let proxy = Daemon::start(
+        "fault_proxy.py",
+        &[
+            "--upstream",
+            &reg.addr,
+            "--plan",
+            plan_file.to_str().expect("utf8"),
+            "--log",
+            w.join("proxy.log").to_str().expect("utf8"),
+        ],
+    );
+    let via = format!("{}/{REPO}", proxy.addr());
+    let args = [
+        "apply",
+        "--backend",
+        "cuda",
+        "--repository",
+        &via,
+        "--tag",
+        tag,
+        "--target-repository",
+        &oci(&lay),
+        "--manifest",
+        "map.json",
+        "--json",
+    ];
+    // A plan first fills the scan cache, so every layer GET of the apply is a copy into the layout.
+    let plan = cli(
+        w,
+        &[
+            "plan",
+            "--backend",
+            "cuda",
+            "--repository",
+            &via,
+            "--tag",
+            tag,
+        ],
+    );
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let blobs = || {
+        std::fs::read_dir(lay.join("blobs/sha256"))
+            .expect("blobs")
+            .count()
+    };
+    let blobs_before = blobs();
+    let signal = w.join("held");
+    let rules = json!([{
+        "match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [4]},
+        "fault": {"kind": "hold", "signal": signal.to_str().expect("utf8"), "after_upstream": false},
+    }]);
+    std::fs::write(w.join("faults.tmp"), rules.to_string()).expect("rules");
+    std::fs::rename(w.join("faults.tmp"), &plan_file).expect("rules");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
+        .args(args)
+        .env("DOCKER_CONFIG", w.join(".no-docker-config"))
+        .env("XDG_CACHE_HOME", w.join(".cache"))
+        .env_remove("RUNNER_PATCH_CACHE_DIR")
+        .env_remove("RUNNER_PATCH_LOG")
+        .current_dir(w)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for(&mut child, &signal);
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    // Killed mid-copy: some blobs arrived, the tag did not.
+    assert!(
+        blobs() > blobs_before,
+        "the kill did not land during the copy"
+    );
+    assert!(entry(&lay, tag).is_none());
+    assert_eq!(entry(&lay, other), Some(before_other.clone()));
+    assert_whole(&lay);
+    // Other tools still read the layout; a re-run completes it.
+    tool(
+        "skopeo",
+        &["inspect", "--raw", &format!("{}:{other}", oci(&lay))],
+    );
+    std::fs::write(&plan_file, "[]").expect("plan");
+    let again = cli(w, &args);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let img = &again.json()["images"][0];
+    assert_eq!(
+        entry(&lay, tag).expect("tag")["digest"],
+        img["patched_digest"]
+    );
+    assert_whole(&lay);
+    let leftovers: Vec<_> = std::fs::read_dir(&lay)
+        .expect("layout")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    drop(proxy);
+}
+
+#[test]
+fn zstd_images_are_patched_in_a_registry_and_in_a_layout() {
+    let reg = Registry::start();
+    let tag = "cuda12.9-vllm0.27.1";
+    reg.seed(&[tag]);
+    let work = tempfile::tempdir().expect("tmp");
+    let w = work.path();
+    let zl = w.join("zstd");
+    to_layout(
+        &format!("{}:{tag}", reg.repo()),
+        &zl,
+        tag,
+        &["--dest-compress", "--dest-compress-format", "zstd"],
+    );
+    let top = json_blob(
+        &zl,
+        entry(&zl, tag).expect("tag")["digest"].as_str().expect("d"),
+    );
+    for child in top["manifests"].as_array().expect("children") {
+        let m = json_blob(&zl, child["digest"].as_str().expect("d"));
+        for l in m["layers"].as_array().expect("layers") {
+            assert_eq!(
+                l["mediaType"],
+                "application/vnd.oci.image.layer.v1.tar+zstd"
+            );
+        }
+    }
+    // Into the registry as it is (zstd layers), then patched there, every platform.
+    let zrepo = format!("{}/zstd/runner", reg.addr);
+    tool(
+        "skopeo",
+        &[
+            "copy",
+            "-q",
+            "--all",
+            "--dest-tls-verify=false",
+            &format!("{}:{tag}", oci(&zl)),
+            &format!("docker://{zrepo}:{tag}"),
+        ],
+    );
+    let img = apply_json(w, "cuda", &zrepo, tag, &["--manifest", "zstd.json"]);
+    assert_eq!(img["outcome"], "patched", "{img:#}");
+    let gz = apply_json(w, "cuda", &reg.repo(), tag, &["--manifest", "gzip.json"]);
+    let v = cli(
+        w,
+        &[
+            "verify",
+            &format!("{zrepo}:{tag}"),
+            "--manifest",
+            "zstd.json",
+        ],
+    );
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    let plats = img["platforms"].as_array().expect("platforms");
+    assert_eq!(plats.len(), 2);
+    for plat in plats {
+        assert_eq!(plat["outcome"], "patched", "{}", plat["reason"]);
+        // The new layer stays gzip.
+        assert_eq!(
+            plat["added_layer"]["media_type"],
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
+        let arch = arch_of(plat);
+        let file = plat["file"].as_str().expect("file");
+        let z = unpack_from(
+            &format!("docker://{zrepo}:{tag}"),
+            &arch,
+            &w.join("z"),
+            true,
+        );
+        let (g, _) = unpack(&format!("{}:{tag}", reg.repo()), &arch, &w.join("g"));
+        assert_eq!(patched_file(&z, file), patched_file(&g, file));
+    }
+    assert_eq!(gz["outcome"], "patched");
+
+    // In a layout, in place; zstd:chunked (its table of contents in a skippable frame) too.
+    let zc = w.join("chunked");
+    // From the original (the registry's tag is patched by now).
+    let original = gz["original_digest"].as_str().expect("original");
+    to_layout(
+        &format!("{}@{original}", reg.repo()),
+        &zc,
+        tag,
+        &["--dest-compress", "--dest-compress-format", "zstd:chunked"],
+    );
+    let top = json_blob(
+        &zc,
+        entry(&zc, tag).expect("tag")["digest"].as_str().expect("d"),
+    );
+    let m = json_blob(&zc, top["manifests"][0]["digest"].as_str().expect("d"));
+    assert!(
+        m["layers"][0]["annotations"]["io.containers.zstd-chunked.manifest-position"].is_string(),
+        "{m:#}"
+    );
+    for dir in [&zl, &zc] {
+        let r = oci(dir);
+        let img = apply_json(w, "cuda", &r, tag, &[]);
+        let plats = img["platforms"].as_array().expect("p");
+        assert_eq!(plats.len(), 2);
+        for plat in plats {
+            assert_eq!(plat["outcome"], "patched", "{}", plat["reason"]);
+        }
+        assert_whole(dir);
+        if dir == &zc {
+            // skopeo 1.9's zstd:chunked layers decompress to a tar other than the config's
+            // diff_ids say (umoci refuses the unpatched image too), so no unpack there.
+            continue;
+        }
+        let into = w.join(format!(
+            "u-{}",
+            dir.file_name().expect("name").to_string_lossy()
+        ));
+        let rootfs = unpack_from(&format!("{r}:{tag}"), "arm64", &into, true);
+        patched_file(&rootfs, plats[1]["file"].as_str().expect("file"));
+    }
+}
+
+#[test]
+fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
+    let reg = Registry::start();
+    let tag = "rocm7.2-vllm0.25.1";
+    reg.seed(&[tag]);
+    let work = tempfile::tempdir().expect("tmp");
+    let w = work.path();
+    let before = reg.storage();
+    let x = w.join("x");
+    for bad in [
+        format!("oci-archive:{}", x.display()),
+        format!("dir:{}", x.display()),
+        format!("docker-archive:{}", x.display()),
+        format!("containers-storage:{}", x.display()),
+        format!("ocidir://{}", x.display()),
+        format!("oci-layout://{}", x.display()),
+    ] {
+        let repo = reg.repo();
+        for args in [
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                bad.as_str(),
+                "--tag",
+                tag,
+            ],
+            vec![
+                "apply",
+                "--backend",
+                "rocm",
+                "--repository",
+                repo.as_str(),
+                "--tag",
+                tag,
+                "--target-repository",
+                bad.as_str(),
+                "--manifest",
+                "m.json",
+            ],
+        ] {
+            let run = cli(w, &args);
+            assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+            assert!(
+                run.stderr.contains("transport") && run.stderr.contains("oci:PATH"),
+                "{}",
+                run.stderr
+            );
+            assert_eq!(
+                run.stderr.trim().lines().count(),
+                1,
+                "one sentence: {}",
+                run.stderr
+            );
+        }
+        let run = cli(w, &["verify", &format!("{bad}:{tag}")]);
+        assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+        assert!(!x.exists(), "{bad} created {}", x.display());
+    }
+    assert_eq!(reg.storage(), before);
+    assert!(!w.join("m.json").exists());
+
+    // One writer per layout: a second is refused while the first holds the lock.
+    let lay = w.join("layout");
+    to_layout(&format!("{}:{tag}", reg.repo()), &lay, tag, &[]);
+    let index = std::fs::read(lay.join("index.json")).expect("index");
+    let held = std::fs::File::open(lay.join("oci-layout")).expect("oci-layout");
+    held.try_lock().expect("lock");
+    let run = cli(
+        w,
+        &[
+            "apply",
+            "--backend",
+            "rocm",
+            "--repository",
+            &oci(&lay),
+            "--tag",
+            tag,
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("another run is writing"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read(lay.join("index.json")).expect("index"), index);
+    held.unlock().expect("unlock");
+    let run = cli(
+        w,
+        &[
+            "apply",
+            "--backend",
+            "rocm",
+            "--repository",
+            &oci(&lay),
+            "--tag",
+            tag,
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
