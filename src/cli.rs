@@ -18,7 +18,10 @@ const APPLY_EXAMPLES: &str = "Examples:
   runner-patch apply --backend cuda --provenance-dir provenance
 
   # Against a local registry (loopback registries are spoken to over plain HTTP)
-  runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1";
+  runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1
+
+  # An image in an OCI layout directory (skopeo copy --all docker://... oci:runner:TAG), in place
+  runner-patch apply --backend cuda --repository oci:runner --tag cuda12.9-vllm0.27.1";
 
 const PLAN_EXAMPLES: &str = "Examples:
   # What would happen to every affected CUDA tag (file, vLLM version, outcome, bytes)
@@ -32,7 +35,10 @@ const VERIFY_EXAMPLES: &str = "Examples:
   runner-patch verify --manifest runner-patch-manifest.json
 
   # One image, structure only (no digest map)
-  runner-patch verify docker.io/gpustack/runner:cuda12.9-vllm0.27.1";
+  runner-patch verify docker.io/gpustack/runner:cuda12.9-vllm0.27.1
+
+  # One image in an OCI layout directory (oci:PATH:TAG, split at the last ':')
+  runner-patch verify oci:runner:cuda12.9-vllm0.27.1";
 
 const ROLLBACK_EXAMPLES: &str = "Examples:
   # Undo an apply run: every tag it moved goes back to its original digest
@@ -163,7 +169,9 @@ pub struct ImageArgs {
     /// Backend whose tags are patched.
     #[arg(long, value_enum)]
     pub backend: Backend,
-    /// Source repository (Docker conventions: `gpustack/runner` is on docker.io).
+    /// Source repository (Docker conventions: `gpustack/runner` is on docker.io; `docker://`
+    /// may lead), or an OCI image layout directory `oci:PATH` (its tags are index.json's
+    /// `org.opencontainers.image.ref.name`s).
     #[arg(long, value_name = "REPO", default_value = "docker.io/gpustack/runner")]
     pub repository: String,
     /// A tag of that backend to patch; repeat for more. Without it, every affected tag is found.
@@ -172,7 +180,8 @@ pub struct ImageArgs {
     /// With tag discovery, include `-dev` pre-release tags.
     #[arg(long)]
     pub include_dev: bool,
-    /// Where patched images go (default: the source repository).
+    /// Where patched images go (default: the source repository): a registry repository, or an
+    /// OCI image layout directory `oci:PATH` (created when missing).
     #[arg(long, value_name = "REPO")]
     pub target_repository: Option<String>,
     /// Appended to each tag for the patched image (default: none, the patched image takes over).
