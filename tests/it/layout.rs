@@ -572,8 +572,43 @@ fn zstd_images_are_patched_in_a_registry_and_in_a_layout() {
             &format!("docker://{zrepo}:{tag}"),
         ],
     );
+    // The scan cache holds for zstd layers (keyed by the compressed digest): after a plan, the
+    // apply fetches none of them again (the registry's access log).
+    let mut zstd_layers = Vec::new();
+    for child in top["manifests"].as_array().expect("children") {
+        let m = json_blob(&zl, child["digest"].as_str().expect("d"));
+        for l in m["layers"].as_array().expect("layers") {
+            zstd_layers.push(l["digest"].as_str().expect("d").to_owned());
+        }
+    }
+    let fetched = || {
+        let log = reg.log();
+        zstd_layers
+            .iter()
+            .map(|d| {
+                log.matches(&format!("\"GET /v2/zstd/runner/blobs/{d} "))
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    let plan = cli(
+        w,
+        &[
+            "plan",
+            "--backend",
+            "cuda",
+            "--repository",
+            &zrepo,
+            "--tag",
+            tag,
+        ],
+    );
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let after_plan = fetched();
+    assert!(after_plan > 0, "the plan read no zstd layer");
     let img = apply_json(w, "cuda", &zrepo, tag, &["--manifest", "zstd.json"]);
     assert_eq!(img["outcome"], "patched", "{img:#}");
+    assert_eq!(fetched(), after_plan, "the apply read zstd layers again");
     let gz = apply_json(w, "cuda", &reg.repo(), tag, &["--manifest", "gzip.json"]);
     let v = cli(
         w,
