@@ -192,6 +192,26 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
     let repo = oci(&lay);
     for (backend, tag) in BACKENDS {
         let original = entry(&lay, tag).expect("tag in layout")["digest"].clone();
+        // Tag discovery works on index.json's ref.names (provenance's sha256-<hex> names and
+        // the other backends' tags are not this backend's).
+        let found = run_ok(
+            w,
+            &[
+                "plan",
+                "--backend",
+                backend,
+                "--repository",
+                &repo,
+                "--json",
+            ],
+        );
+        let sources: Vec<_> = found["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| i["source"].clone())
+            .collect();
+        assert_eq!(sources, vec![json!(format!("{repo}:{tag}"))]);
         // plan reads the layout and writes nothing.
         let before = std::fs::read(lay.join("index.json")).expect("index");
         let plan = run_ok(
