@@ -170,7 +170,29 @@ impl Registry {
         doc: &Document,
     ) -> Result<Option<String>, RegistryError> {
         match self.via_ref(r)? {
-            Via::Http(h) => Store::manifest_put_answer(h, r, doc).await,
+            Via::Http(h) => {
+                // Distribution answers MANIFEST_BLOB_UNKNOWN for a moment while another client
+                // commits the same blob (two runs patching one tag at once); every blob was
+                // confirmed before this PUT, so the answer is retried a few times before it
+                // is believed.
+                let mut pause = std::time::Duration::from_millis(200);
+                let mut attempt = 1;
+                loop {
+                    match Store::manifest_put_answer(h, r, doc).await {
+                        Err(e)
+                            if attempt < 4
+                                && e.status == Some(400)
+                                && e.detail.contains("MANIFEST_BLOB_UNKNOWN") =>
+                        {
+                            tracing::debug!("{e}; retrying in {pause:?}");
+                            tokio::time::sleep(pause).await;
+                            pause *= 2;
+                            attempt += 1;
+                        }
+                        other => return other,
+                    }
+                }
+            }
             Via::Layout(l) => l.manifest_put_answer(r, doc).await,
         }
     }
