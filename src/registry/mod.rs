@@ -22,6 +22,7 @@ mod tags;
 #[cfg(test)]
 mod tests;
 pub mod transport;
+mod uploads;
 
 pub(crate) use errors::{registry_message, retry_after, retryable};
 pub use errors::{RegistryError, Retry};
