@@ -1,0 +1,439 @@
+use super::*;
+use crate::media::{Compression, Descriptor};
+
+const T: &str = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py";
+const SITE: &str = "usr/local/lib/python3.12/dist-packages";
+
+fn wanted() -> Wanted {
+    Wanted {
+        targets: vec![T.into()],
+        companions: vec!["vllm_ascend/x.py".into()],
+        packages: vec!["vllm".into()],
+    }
+}
+
+/// One tar entry: a path written raw into the header (so `..` and friends can be had),
+/// its type, its data, and a link name.
+struct E<'a>(&'a [u8], tar::EntryType, Vec<u8>, &'a str);
+
+fn file(path: &str, data: &[u8]) -> E<'static> {
+    E(
+        Box::leak(path.as_bytes().to_vec().into_boxed_slice()),
+        tar::EntryType::Regular,
+        data.to_vec(),
+        "",
+    )
+}
+
+fn tar_of(entries: &[E<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for E(path, kind, data, link) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        if !link.is_empty() {
+            h.set_link_name(link).expect("link");
+        }
+        if path.len() < 100 {
+            h.as_gnu_mut().expect("gnu").name[..path.len()].copy_from_slice(path);
+            h.set_cksum();
+            b.append(&h, &data[..]).expect("append");
+        } else {
+            // A GNU long name entry, written by the tar crate.
+            let p = std::str::from_utf8(path).expect("utf-8");
+            b.append_data(&mut h, p, &data[..]).expect("append");
+        }
+    }
+    b.into_inner().expect("tar")
+}
+
+fn scan_with(tar: &[u8], digest: &str, run: &Budget) -> LayerScan {
+    let desc = Descriptor {
+        media_type: crate::media::OCI_LAYER_TAR.into(),
+        digest: digest.into(),
+        size: tar.len() as u64,
+        urls: Vec::new(),
+    };
+    scan_layer(tar, &desc, Compression::None, &wanted(), run).expect("scan")
+}
+
+fn scan(entries: &[E<'_>], digest: &str) -> Arc<LayerScan> {
+    Arc::new(scan_with(
+        &tar_of(entries),
+        digest,
+        &Budget::new(MAX_KEPT_PER_RUN),
+    ))
+}
+
+fn dir(path: &str) -> E<'static> {
+    E(
+        Box::leak(path.as_bytes().to_vec().into_boxed_slice()),
+        tar::EntryType::Directory,
+        Vec::new(),
+        "",
+    )
+}
+
+fn symlink(path: &str, to: &'static str) -> E<'static> {
+    E(
+        Box::leak(path.as_bytes().to_vec().into_boxed_slice()),
+        tar::EntryType::Symlink,
+        Vec::new(),
+        to,
+    )
+}
+
+#[test]
+fn zstd_layers_with_skippable_frames_are_read_to_the_end() {
+    let tar = tar_of(&[file(&format!("usr/lib/{T}"), b"x = 1\n")]);
+    // Two frames and a skippable frame at the end, as zstd:chunked writes its table of contents.
+    let (a, b) = tar.split_at(tar.len() / 2);
+    let mut blob = zstd::stream::encode_all(a, 3).expect("zstd");
+    blob.extend(zstd::stream::encode_all(b, 3).expect("zstd"));
+    blob.extend(0x184D_2A50u32.to_le_bytes());
+    blob.extend(4u32.to_le_bytes());
+    blob.extend(b"toc!");
+    let desc = Descriptor {
+        media_type: crate::media::OCI_LAYER_ZSTD.into(),
+        digest: "sha256:z".into(),
+        size: blob.len() as u64,
+        urls: Vec::new(),
+    };
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let s = scan_layer(&blob[..], &desc, Compression::Zstd, &wanted(), &run).expect("scan");
+    assert_eq!(s.targets.len(), 1);
+    assert_eq!(s.compressed_bytes, blob.len() as u64);
+    // A truncated frame is an error, not a short layer.
+    let cut = &blob[..blob.len() / 2];
+    let short = Descriptor {
+        size: cut.len() as u64,
+        ..desc
+    };
+    assert!(scan_layer(cut, &short, Compression::Zstd, &wanted(), &run).is_err());
+}
+
+#[test]
+fn overlay_hides_whited_out_and_opaque_paths() {
+    let mut o = Overlay::default();
+    o.absorb(scan(
+        &[
+            file("opt/.wh.legacy", b""),
+            file("usr/lib/pkg/.wh..wh..opq", b""),
+        ],
+        "sha256:up",
+    ));
+    assert!(o.hides("opt/legacy"));
+    assert!(o.hides("opt/legacy/vllm/x.py"));
+    assert!(!o.hides("opt/legacy2/x.py"));
+    assert!(o.hides("usr/lib/pkg/a.py"));
+    assert!(!o.hides("usr/lib/pkg"));
+    let h = o.hider("usr/lib/pkg/a/b.py").expect("hidden");
+    assert_eq!((h.at.as_str(), &h.by), ("usr/lib/pkg", &HiddenBy::Opaque));
+}
+
+#[test]
+fn non_directory_ancestors_hide_the_tree_below() {
+    let mut o = Overlay::default();
+    o.absorb(scan(
+        &[
+            symlink(&format!("{SITE}/vllm"), "/opt/vllm"),
+            file("etc/profile.d", b"a file where a directory was\n"),
+            dir("usr/share/doc"),
+        ],
+        "sha256:up",
+    ));
+    let h = o
+        .hider(&format!("{SITE}/{T}"))
+        .expect("hidden by the symlink");
+    assert_eq!(h.at, format!("{SITE}/vllm"));
+    assert_eq!(h.by, HiddenBy::NonDir(NodeKind::Symlink));
+    assert!(
+        h.to_string().contains(
+            "a symbolic link at /usr/local/lib/python3.12/dist-packages/vllm in layer sha256:up"
+        ),
+        "{h}"
+    );
+    assert_eq!(
+        o.hider("etc/profile.d/x.sh").map(|h| h.by),
+        Some(HiddenBy::NonDir(NodeKind::File))
+    );
+    // The entry itself and its siblings are not hidden; a directory hides nothing.
+    assert!(!o.hides(&format!("{SITE}/vllm")));
+    assert!(!o.hides(&format!("{SITE}/vllm2/x.py")));
+    assert!(!o.hides("usr/share/doc/x"));
+}
+
+#[test]
+fn hard_links_devices_and_fifos_at_an_ancestor_hide_too() {
+    for (kind, node) in [
+        (tar::EntryType::Link, NodeKind::Hardlink),
+        (tar::EntryType::Char, NodeKind::Device),
+        (tar::EntryType::Block, NodeKind::Device),
+        (tar::EntryType::Fifo, NodeKind::Fifo),
+    ] {
+        let link = if kind == tar::EntryType::Link {
+            "etc/hostname"
+        } else {
+            ""
+        };
+        let mut o = Overlay::default();
+        o.absorb(scan(
+            &[E(b"usr/local/lib", kind, Vec::new(), link)],
+            "sha256:up",
+        ));
+        assert_eq!(
+            o.hider(&format!("{SITE}/{T}")).map(|h| (h.at, h.by)),
+            Some(("usr/local/lib".to_owned(), HiddenBy::NonDir(node))),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn descent_refuses_a_target_shadowed_by_an_upper_symlink_or_file() {
+    for (upper, what) in [
+        (
+            symlink(&format!("{SITE}/vllm"), "/opt/vllm"),
+            "a symbolic link",
+        ),
+        (
+            file(&format!("{SITE}/vllm/distributed"), b"x"),
+            "a regular file",
+        ),
+    ] {
+        let mut d = Descent::default();
+        assert!(!d.push(2, scan(&[upper], "sha256:upper"), 1));
+        let stop = d.push(
+            1,
+            scan(&[file(&format!("{SITE}/{T}"), b"code")], "sha256:lower"),
+            1,
+        );
+        assert!(stop);
+        let why = d.refusal.expect("refused");
+        assert!(
+            why.contains(&format!(
+                "/{SITE}/{T} (layer sha256:lower) is shadowed by {what}"
+            )),
+            "{why}"
+        );
+        assert!(d.hits.is_empty());
+    }
+}
+
+#[test]
+fn descent_names_the_whiteout_that_hides_the_only_copy() {
+    let mut d = Descent::default();
+    d.push(
+        2,
+        scan(&[file(&format!("{SITE}/.wh.vllm"), b"")], "sha256:upper"),
+        1,
+    );
+    d.push(
+        1,
+        scan(&[file(&format!("{SITE}/{T}"), b"code")], "sha256:lower"),
+        1,
+    );
+    d.push(0, scan(&[file("etc/os-release", b"x")], "sha256:base"), 1);
+    assert!(d.refusal.is_none() && d.hits.is_empty());
+    let msg = d.nothing_visible(T);
+    assert!(msg.starts_with("no layer holds a visible"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "is hidden by a whiteout of /{SITE}/vllm in layer sha256:upper"
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn descent_skips_a_whited_out_decoy_and_finds_the_copy_below() {
+    let mut d = Descent::default();
+    d.push(3, scan(&[file("opt/.wh.legacy", b"")], "sha256:a"), 1);
+    d.push(
+        2,
+        scan(&[file(&format!("opt/legacy/{T}"), b"old")], "sha256:b"),
+        1,
+    );
+    let stop = d.push(
+        1,
+        scan(&[file(&format!("{SITE}/{T}"), b"new")], "sha256:c"),
+        1,
+    );
+    assert!(stop && d.refusal.is_none());
+    assert_eq!(d.hits[0].0, 1);
+    assert_eq!(d.hits[0].1[0].path, format!("{SITE}/{T}"));
+}
+
+#[test]
+fn unsafe_paths_are_refusals_naming_layer_and_path() {
+    for raw in [
+        &b"../etc/passwd"[..],
+        b"/../../vllm/x.py",
+        b"usr/../../x",
+        b"usr/lib/.wh..",
+    ] {
+        let s = scan(
+            &[
+                file("etc/ok", b"x"),
+                E(raw, tar::EntryType::Regular, vec![], ""),
+            ],
+            "sha256:bad",
+        );
+        let why = s.refusal.as_deref().expect("refused");
+        assert!(why.starts_with("layer sha256:bad: the tar path"), "{why}");
+        assert!(
+            why.contains(&format!("{:?}", String::from_utf8_lossy(raw))),
+            "{why}"
+        );
+        assert_eq!(s.kept, 0);
+    }
+    assert_eq!(unsafe_path(b"a/b\0c"), Some("holds a NUL byte"));
+    assert_eq!(unsafe_path(b"./usr/lib/x..y/.wh.a"), None);
+    assert_eq!(unsafe_path(b"/usr/lib/x"), None);
+}
+
+#[test]
+fn a_symlink_above_the_target_in_its_own_layer_is_refused() {
+    let s = scan(
+        &[
+            symlink(&format!("{SITE}/vllm/distributed"), "elsewhere"),
+            file(&format!("{SITE}/{T}"), b"code"),
+        ],
+        "sha256:same",
+    );
+    let why = s.refusal.as_deref().expect("refused");
+    assert!(why.contains("is a symbolic link and"), "{why}");
+}
+
+#[test]
+fn kept_bytes_are_capped_per_layer_and_the_refusal_keeps_nothing() {
+    let big = vec![b'x'; 6 * 1024 * 1024];
+    let entries: Vec<E<'_>> = (0..8)
+        .map(|i| file(&format!("{SITE}/vllm-0.{i}.dist-info/METADATA"), &big))
+        .collect();
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let s = scan_with(&tar_of(&entries), "sha256:bomb", &run);
+    let why = s.refusal.as_deref().expect("refused");
+    assert!(
+        why.starts_with(
+            "layer sha256:bomb: the scan would keep more than the 24.0 MiB kept per layer"
+        ),
+        "{why}"
+    );
+    assert!(why.contains("4 version or guard file(s)"), "{why}");
+    assert!(s.files.is_empty() && s.kept == 0);
+    assert_eq!(run.used(), 0, "a refused scan gives its bytes back");
+
+    let one = scan_with(
+        &tar_of(&[
+            file("a/vllm/x.py", b""),
+            file(&format!("{SITE}/{T}"), &vec![b'y'; 17 * 1024 * 1024]),
+        ]),
+        "sha256:huge",
+        &run,
+    );
+    assert!(one
+        .refusal
+        .as_deref()
+        .expect("refused")
+        .contains("more than the 16.0 MiB kept per file"));
+}
+
+#[test]
+fn kept_bytes_are_capped_per_run() {
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let big = vec![b'x'; 10 * 1024 * 1024];
+    let mut refused = None;
+    for n in 0..4 {
+        let entries: Vec<E<'_>> = (0..2)
+            .map(|i| file(&format!("{SITE}/vllm-{n}.{i}.dist-info/METADATA"), &big))
+            .collect();
+        let s = scan_with(&tar_of(&entries), &format!("sha256:l{n}"), &run);
+        if s.refusal.is_some() {
+            refused = Some((n, s.refusal.clone().unwrap_or_default()));
+            break;
+        }
+        assert_eq!(s.files.len(), 2);
+    }
+    let (n, why) = refused.expect("the third layer passes the run's cap");
+    assert_eq!(n, 2);
+    assert!(why.contains("kept per run"), "{why}");
+    assert!(run.used() <= MAX_KEPT_PER_RUN);
+}
+
+#[test]
+fn an_endless_tar_header_extension_is_refused() {
+    let mut h = tar::Header::new_ustar();
+    h.set_path("PaxHeader").expect("path");
+    h.set_entry_type(tar::EntryType::XHeader);
+    let record = vec![b'a'; 3 * 1024 * 1024];
+    h.set_size(record.len() as u64);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, &record[..]).expect("append");
+    let mut f = tar::Header::new_ustar();
+    f.set_path("etc/x").expect("path");
+    f.set_size(0);
+    f.set_cksum();
+    b.append(&f, &[][..]).expect("append");
+    let s = scan_with(
+        &b.into_inner().expect("tar"),
+        "sha256:pax",
+        &Budget::new(MAX_KEPT_PER_RUN),
+    );
+    assert!(
+        s.refusal
+            .as_deref()
+            .expect("refused")
+            .contains("tar header extension"),
+        "{:?}",
+        s.refusal
+    );
+}
+
+#[test]
+fn the_same_path_twice_keeps_the_later_entry() {
+    let s = scan(
+        &[
+            file(&format!("{SITE}/{T}"), b"first"),
+            file(&format!("{SITE}/{T}"), b"second"),
+        ],
+        "sha256:twice",
+    );
+    assert_eq!(s.targets.len(), 1);
+    assert_eq!(s.targets[0].content.as_slice(), b"second");
+}
+
+#[test]
+fn suffix_matches_whole_components() {
+    assert!(has_suffix("usr/lib/vllm/a/b.py", "vllm/a/b.py"));
+    assert!(has_suffix("vllm/a/b.py", "vllm/a/b.py"));
+    assert!(!has_suffix("usr/lib/notvllm/a/b.py", "vllm/a/b.py"));
+    assert_eq!(normalize("./usr//lib/./x/"), "usr/lib/x");
+}
+
+#[test]
+fn versions_from_metadata_and_version_py() {
+    assert_eq!(
+        version_from_file(
+            "a/vllm-0.27.1.dist-info/METADATA",
+            b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.27.1\n\nbody Version: 9"
+        ),
+        Some("0.27.1".into())
+    );
+    assert_eq!(
+        version_from_file(
+            "w/vllm/_version.py",
+            b"# x\n__version__ = version = '0.20.2'\n"
+        ),
+        Some("0.20.2".into())
+    );
+    assert_eq!(
+        version_from_file("w/vllm/_version.py", b"version_tuple: tuple = (0, 1)\n"),
+        None
+    );
+}
