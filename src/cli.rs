@@ -47,14 +47,7 @@ const ROLLBACK_EXAMPLES: &str = "Examples:
   # See first what would move
   runner-patch rollback --manifest runner-patch-manifest.json --dry-run";
 
-/// `--version`: the release and the commit it was built from, so a pipeline log says exactly
-/// which build ran.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("RUNNER_PATCH_GIT_COMMIT"),
-    ")"
-);
+use runner_patch::VERSION;
 
 /// Patch released GPUStack runner images at the registry: one small appended layer per platform,
 /// every existing layer reused, and a digest map from original to patched images.
@@ -299,4 +292,19 @@ pub struct PatchesArgs {
     /// Print the list as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+impl Bounds {
+    /// The limits these options give (requests in flight stay at the default; `apply` sizes
+    /// them from `--jobs`).
+    pub fn limits(&self) -> runner_patch::registry::transport::Limits {
+        use std::time::Duration;
+        runner_patch::registry::transport::Limits {
+            idle: Duration::from_secs(self.idle_timeout),
+            base: Duration::from_secs(self.request_timeout),
+            min_rate: self.min_rate.saturating_mul(1024),
+            helper: Duration::from_secs(self.helper_timeout),
+            ..Default::default()
+        }
+    }
 }

@@ -1,19 +1,19 @@
-//! runner-patch: patches released runner images at the registry.
+//! runner-patch: patches released runner images where they live (a registry or an OCI layout
+//! directory).
 //!
 //! Data flows one way, one module per step: a reference ([`registry`]) gives manifests and
-//! configs ([`media`]); [`scan`] finds the file the container sees; [`patch`] decides and edits
-//! it; [`layer`] builds the new layer; [`rewrite`] appends it to config, manifest and index;
-//! [`plan`] holds all of that per image; [`push`] writes it; [`provenance`] attaches the record of it beside the image;
-//! [`digest_map`] records it.
+//! configs ([`media`], read through the typed [`image`] view); [`scan`] reads layers and
+//! [`view`] shows what the container sees; each [`patch`] decides on that view; [`layer`]
+//! builds the new layer; [`rewrite`] appends it to config, manifest and index; [`plan`] holds
+//! all of that per image; [`push`] writes it; [`provenance`] attaches the record of it beside
+//! the image; [`digest_map`] records it. [`verify`] checks the result from what is served.
+//! The library never draws: progress goes to a [`progress`] listener the binary sets.
 
-pub mod cli;
-pub mod cmd;
 pub mod digest;
 pub mod digest_map;
 pub mod image;
 pub mod layer;
 pub mod media;
-pub mod output;
 pub mod patch;
 pub mod patches;
 pub mod plan;
@@ -21,12 +21,20 @@ pub mod progress;
 pub mod provenance;
 pub mod push;
 pub mod registry;
-pub mod report;
 pub mod rewrite;
 pub mod scan;
 pub mod scan_cache;
-pub mod summary;
 pub mod tags;
+pub mod units;
 pub mod verify;
 pub mod version;
 pub mod view;
+
+/// `--version`: the release and the commit it was built from, so a pipeline log (and the scan
+/// cache's keys) say exactly which build ran.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RUNNER_PATCH_GIT_COMMIT"),
+    ")"
+);

@@ -1,8 +1,16 @@
-//! The `runner-patch` binary: parse, run, map the result to an exit code.
+//! The `runner-patch` binary: the command line (`cli.rs`), one orchestrator per command
+//! (`cmd/`), and what is shown to people (`report.rs` progress bars and logs, `summary.rs` for
+//! GitHub Actions, `output.rs` stdout). The domain is the `runner_patch` library.
 
 use clap::Parser;
 
+mod cli;
+mod cmd;
+mod output;
+mod report;
+mod summary;
+
 fn main() -> std::process::ExitCode {
-    let cli = runner_patch::cli::Cli::parse();
-    runner_patch::cmd::run(cli)
+    let cli = cli::Cli::parse();
+    cmd::run(cli)
 }

@@ -1,7 +1,7 @@
 //! Progress on a terminal: one bar per layer being read (bytes scanned) and per upload. When
 //! stderr is not a terminal (CI), or with `-q`, there are no bars: log lines say what happened.
 
-use std::io::{self, Read};
+use std::io::{self};
 use std::sync::OnceLock;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -15,22 +15,22 @@ pub fn init(show: bool) {
         && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
     let _ = BARS.set(on.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())));
     if on {
-        crate::progress::listen(std::sync::Arc::new(Bars));
+        runner_patch::progress::listen(std::sync::Arc::new(Bars));
     }
 }
 
 /// The library's progress, drawn as one bar per task.
 struct Bars;
 
-impl crate::progress::Listener for Bars {
-    fn start(&self, label: String, total: u64) -> Box<dyn crate::progress::Task> {
+impl runner_patch::progress::Listener for Bars {
+    fn start(&self, label: String, total: u64) -> Box<dyn runner_patch::progress::Task> {
         Box::new(BarTask(bar(label, total)))
     }
 }
 
 struct BarTask(ProgressBar);
 
-impl crate::progress::Task for BarTask {
+impl runner_patch::progress::Task for BarTask {
     fn advance(&mut self, bytes: u64) {
         self.0.inc(bytes);
     }
@@ -67,32 +67,6 @@ pub fn bar(label: String, total: u64) -> ProgressBar {
             pb
         }
         None => ProgressBar::hidden(),
-    }
-}
-
-/// A reader that advances a bar by every byte read through it.
-pub struct ProgressReader<R> {
-    inner: R,
-    bar: ProgressBar,
-}
-
-impl<R> ProgressReader<R> {
-    pub fn new(inner: R, bar: ProgressBar) -> Self {
-        ProgressReader { inner, bar }
-    }
-}
-
-impl<R: Read> Read for ProgressReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
-}
-
-impl<R> Drop for ProgressReader<R> {
-    fn drop(&mut self) {
-        self.bar.finish_and_clear();
     }
 }
 

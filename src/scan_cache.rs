@@ -72,7 +72,7 @@ pub fn wanted_key(wanted: &Wanted) -> String {
     };
     format!(
         "tool={}\ntargets={}\npackages={}\ncompanions={}",
-        crate::cli::VERSION,
+        crate::VERSION,
         sorted(&wanted.targets),
         sorted(&wanted.packages),
         sorted(&wanted.companions)

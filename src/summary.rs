@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::digest_map::DigestMap;
+use runner_patch::digest_map::DigestMap;
 
 /// True inside a GitHub Actions job (the runner sets `GITHUB_ACTIONS=true`).
 pub fn in_actions() -> bool {
@@ -76,7 +76,7 @@ pub fn apply(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) {
 
 /// The Markdown of [`apply`], separate so it can be checked without the environment.
 pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) -> String {
-    let human = crate::cmd::apply::human;
+    let human = runner_patch::units::human;
     let mut counts: Vec<(String, usize)> = Vec::new();
     for i in &map.images {
         match counts.iter_mut().find(|(o, _)| *o == i.outcome) {
@@ -328,7 +328,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningCommands {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest_map::ImageRecord;
+    use runner_patch::digest_map::ImageRecord;
 
     /// A record built from JSON, as a map on disk gives it (so fields added later default).
     fn record(outcome: &str, patched: Option<&str>) -> ImageRecord {

@@ -8,14 +8,15 @@ use futures_util::StreamExt;
 
 use super::Status;
 use crate::cli::{Backend, Global, ImageArgs};
-use crate::digest_map::{DigestMap, ImageRecord, Recorder};
-use crate::patch::{Outcome, Patch};
-use crate::plan::{plan_image, ImagePlan, Run};
-use crate::provenance;
-use crate::push::{
+use runner_patch::digest_map::{DigestMap, ImageRecord, Recorder};
+use runner_patch::patch::{Outcome, Patch};
+use runner_patch::plan::{plan_image, ImagePlan, Run};
+use runner_patch::provenance;
+use runner_patch::push::{
     companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
 };
-use crate::registry::{Registry, Repo};
+use runner_patch::registry::{Registry, Repo};
+use runner_patch::units::human;
 
 /// Checks that an explicit tag belongs to the backend.
 fn check_tag(backend: Backend, tag: &str) -> Result<()> {
@@ -26,12 +27,12 @@ fn check_tag(backend: Backend, tag: &str) -> Result<()> {
     if !ok {
         bail!("tag {tag:?} is not a {p} tag (expected {p}<version>-..., e.g. {p}12.9-vllm0.27.1)");
     }
-    crate::tags::check(tag).map_err(|e| anyhow!(e))
+    runner_patch::tags::check(tag).map_err(|e| anyhow!(e))
 }
 
 /// Checks the name a tag gets in the target before anything is read or pushed.
 fn check_target_tag(tag: &str, suffix: &str) -> Result<()> {
-    crate::tags::check(&format!("{tag}{suffix}"))
+    runner_patch::tags::check(&format!("{tag}{suffix}"))
         .map_err(|e| anyhow!("target of {tag:?} with --tag-suffix {suffix:?}: {e}"))
 }
 
@@ -47,7 +48,7 @@ async fn discover(
         .tags_list(repo)
         .await?
         .into_iter()
-        .filter(|t| crate::tags::discovers(patches, backend.prefix(), t, include_dev))
+        .filter(|t| runner_patch::tags::discovers(patches, backend.prefix(), t, include_dev))
         .collect();
     tags.sort();
     tracing::info!(
@@ -121,7 +122,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         }
         _ => None,
     };
-    crate::scan_cache::configure(a.no_cache, a.cache_dir.clone());
+    runner_patch::scan_cache::configure(a.no_cache, a.cache_dir.clone());
     super::runtime()?.block_on(run_async(
         patches,
         source,
@@ -380,22 +381,6 @@ fn summary_row(rec: &ImageRecord) -> String {
         ));
     }
     row
-}
-
-/// Bytes for people: 1.5 GiB, 312 KiB, 980 B.
-pub fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 #[cfg(test)]

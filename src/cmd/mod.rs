@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command, Global};
-use crate::patch::PatchSpec;
+use runner_patch::patch::PatchSpec;
 
 pub mod apply;
 pub mod patch_dir;
@@ -75,8 +75,8 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Loads the chosen patches (ids from the built-in catalogue or `--patches-dir`, or folders),
 /// in the order given, every one validated before any registry is touched.
-pub fn load_patches(g: &Global) -> Result<Vec<crate::patch::Patch>, String> {
-    let patches = crate::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
+pub fn load_patches(g: &Global) -> Result<Vec<runner_patch::patch::Patch>, String> {
+    let patches = runner_patch::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
     if patches.is_empty() {
         return Err("no patch".to_owned());
     }
@@ -85,7 +85,7 @@ pub fn load_patches(g: &Global) -> Result<Vec<crate::patch::Patch>, String> {
 
 /// The digest map's `patch` field for a run: the ids applied, in order, comma-separated (one
 /// id for one patch, as before stacking).
-pub fn map_patch_name(patches: &[crate::patch::Patch]) -> String {
+pub fn map_patch_name(patches: &[runner_patch::patch::Patch]) -> String {
     patches
         .iter()
         .map(|p| p.meta().id.clone())
@@ -103,7 +103,7 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
         ));
     }
     match patches.pop() {
-        Some(crate::patch::Patch::Shapes(s)) => Ok(s.spec),
+        Some(runner_patch::patch::Patch::Shapes(s)) => Ok(s.spec),
         Some(other) => Err(format!(
             "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
             other.meta().id,
@@ -117,7 +117,7 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(&cli.global);
-    crate::registry::transport::configure(cli.global.bounds.limits());
+    runner_patch::registry::transport::configure(cli.global.bounds.limits());
     let status = match &cli.command {
         Command::Apply(a) => apply::run(
             &cli.global,

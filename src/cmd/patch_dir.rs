@@ -6,12 +6,12 @@ use serde_json::json;
 
 use super::Status;
 use crate::cli::{Global, PatchDirArgs};
-use crate::patch::dir::{write_changes, DirView};
-use crate::patch::{Change, Outcome, Verdict};
+use runner_patch::patch::dir::{write_changes, DirView};
+use runner_patch::patch::{Change, Outcome, Verdict};
 
 pub fn run(g: &Global, a: &PatchDirArgs) -> Result<Status> {
-    let patches =
-        crate::patches::resolve(&g.patch, g.patches_dir.as_deref()).map_err(|e| anyhow!(e))?;
+    let patches = runner_patch::patches::resolve(&g.patch, g.patches_dir.as_deref())
+        .map_err(|e| anyhow!(e))?;
     let mut results = Vec::new();
     let mut refused = false;
     for p in &patches {

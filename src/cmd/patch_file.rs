@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::Status;
 use crate::cli::{Global, PatchFileArgs};
-use crate::patch::Decision;
+use runner_patch::patch::Decision;
 
 pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
     let spec = super::load_patch(g).map_err(|e| anyhow!(e))?;
@@ -28,7 +28,7 @@ pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
     } else {
         crate::output::print(&format!("{}: {outcome}: {reason}", a.input.display()))?;
     }
-    Ok(if outcome == crate::patch::Outcome::Refused {
+    Ok(if outcome == runner_patch::patch::Outcome::Refused {
         Status::Refused
     } else {
         Status::Success

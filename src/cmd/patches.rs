@@ -6,13 +6,15 @@ use serde_json::json;
 
 use super::Status;
 use crate::cli::{Global, PatchesArgs};
-use crate::patch::Patch;
+use runner_patch::patch::Patch;
 
 pub fn run(g: &Global, a: &PatchesArgs) -> Result<Status> {
     let mut patches =
-        crate::patches::catalogue(g.patches_dir.as_deref()).map_err(|e| anyhow!(e))?;
-    for v in g.patch.iter().filter(|v| crate::patches::is_path(v)) {
-        patches.push(crate::patch::load_folder(std::path::Path::new(v)).map_err(|e| anyhow!(e))?);
+        runner_patch::patches::catalogue(g.patches_dir.as_deref()).map_err(|e| anyhow!(e))?;
+    for v in g.patch.iter().filter(|v| runner_patch::patches::is_path(v)) {
+        patches.push(
+            runner_patch::patch::load_folder(std::path::Path::new(v)).map_err(|e| anyhow!(e))?,
+        );
     }
     if a.json {
         let list: Vec<_> = patches.iter().map(describe).collect();

@@ -6,14 +6,14 @@ use serde_json::json;
 
 use super::Status;
 use crate::cli::{Global, RollbackArgs};
-use crate::digest_map::DigestMap;
+use runner_patch::digest_map::DigestMap;
 
 /// `REPO:TAG` of a map entry, as an error this command reports.
 fn split_tagged(s: &str) -> Result<(Repo, String)> {
-    crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
+    runner_patch::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
 }
-use crate::push::copy_image;
-use crate::registry::{Registry, Repo};
+use runner_patch::push::copy_image;
+use runner_patch::registry::{Registry, Repo};
 
 /// What happened to one tag.
 #[derive(Debug, serde::Serialize)]

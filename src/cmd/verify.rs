@@ -8,17 +8,17 @@ use serde_json::{json, Value};
 
 use super::Status;
 use crate::cli::{Global, VerifyArgs};
-use crate::digest_map::DigestMap;
+use runner_patch::digest_map::DigestMap;
 
 /// `REPO:TAG` of a map entry, as an error this command reports.
 fn split_tagged(s: &str) -> Result<(Repo, String)> {
-    crate::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
+    runner_patch::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
 }
-use crate::image;
-use crate::media::{is_attestation, Document, Kind};
-use crate::provenance;
-use crate::registry::{Registry, Repo};
-use crate::verify::{verify_platform, Checks, PlatformCheck};
+use runner_patch::image;
+use runner_patch::media::{is_attestation, Document, Kind};
+use runner_patch::provenance;
+use runner_patch::registry::{Registry, Repo};
+use runner_patch::verify::{verify_platform, Checks, PlatformCheck};
 
 /// One image's checks.
 #[derive(Debug, serde::Serialize)]
@@ -66,8 +66,8 @@ async fn companion_problems(
         return Ok(problems);
     }
     for (platform, child) in children {
-        let ctag = format!("{tag}-{}", crate::tags::companion_suffix(platform));
-        if crate::tags::check(&ctag).is_err() {
+        let ctag = format!("{tag}-{}", runner_patch::tags::companion_suffix(platform));
+        if runner_patch::tags::check(&ctag).is_err() {
             continue;
         }
         if let Some(now) = reg.manifest_digest(&repo.at_tag(&ctag)).await? {
@@ -117,7 +117,7 @@ async fn check_reference(
 async fn check_record(
     reg: &Registry,
     spec: &Checks,
-    rec: &crate::digest_map::ImageRecord,
+    rec: &runner_patch::digest_map::ImageRecord,
     with_provenance: bool,
 ) -> Result<ImageCheck> {
     let (source, _) = split_tagged(&rec.source)?;
@@ -259,7 +259,8 @@ async fn check_record(
 pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     let spec = Checks {
         requested: super::load_patches(g).map_err(|e| anyhow!(e))?,
-        known: crate::patches::catalogue(g.patches_dir.as_deref()).map_err(|e| anyhow!(e))?,
+        known: runner_patch::patches::catalogue(g.patches_dir.as_deref())
+            .map_err(|e| anyhow!(e))?,
         layers: Default::default(),
     };
     if a.references.is_empty() && a.manifest.is_none() {

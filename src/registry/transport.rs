@@ -52,20 +52,6 @@ impl Limits {
     }
 }
 
-impl crate::cli::Bounds {
-    /// The limits these options give (requests in flight stay at the default; `apply` sizes
-    /// them from `--jobs`).
-    pub fn limits(&self) -> Limits {
-        Limits {
-            idle: Duration::from_secs(self.idle_timeout),
-            base: Duration::from_secs(self.request_timeout),
-            min_rate: self.min_rate.saturating_mul(1024),
-            helper: Duration::from_secs(self.helper_timeout),
-            ..Limits::default()
-        }
-    }
-}
-
 static LIMITS: OnceLock<Limits> = OnceLock::new();
 
 /// Sets the run's limits (first call wins; later calls are ignored).

@@ -252,9 +252,9 @@ impl Http {
                 (None, self.slot().await)
             };
             let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
-            let bar = crate::report::bar(format!("copy {short} to {}", target.registry), desc.size);
-            let counted = bar.clone();
-            let stream = source(get_slot).inspect_ok(move |c| counted.inc(c.len() as u64));
+            let mut task =
+                crate::progress::start(format!("copy {short} to {}", target.registry), desc.size);
+            let stream = source(get_slot).inspect_ok(move |c| task.advance(c.len() as u64));
             let put_url = Self::with_digest(&loc, &desc.digest);
             let authz = if self.is_own(target, &put_url) {
                 self.inner
@@ -282,7 +282,6 @@ impl Http {
             }
             let sent_at = Instant::now();
             let sent = tokio::time::timeout(deadline, req.send()).await;
-            bar.finish_and_clear();
             let failure = match sent {
                 Err(_) => {
                     return Err(RegistryError::new(

@@ -185,7 +185,7 @@ fn assert_summary_matches(md: &str, map: &Value) {
         );
         assert_eq!(
             all[7],
-            runner_patch::cmd::apply::human(img["bytes_to_push"].as_u64().expect("bytes")),
+            runner_patch::units::human(img["bytes_to_push"].as_u64().expect("bytes")),
             "{md}"
         );
         expected_rows += 1;
@@ -204,11 +204,11 @@ fn assert_summary_matches(md: &str, map: &Value) {
             assert_eq!(row[5], p["vllm_version"].as_str().unwrap_or("?"));
             assert_eq!(
                 row[6],
-                runner_patch::cmd::apply::human(p["bytes_scanned"].as_u64().expect("read"))
+                runner_patch::units::human(p["bytes_scanned"].as_u64().expect("read"))
             );
             assert_eq!(
                 row[7],
-                runner_patch::cmd::apply::human(p["bytes_to_push"].as_u64().expect("push"))
+                runner_patch::units::human(p["bytes_to_push"].as_u64().expect("push"))
             );
             expected_rows += 1;
         }
