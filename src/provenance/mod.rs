@@ -52,13 +52,17 @@ pub fn builder_id() -> String {
 }
 
 /// A package URL for an image by digest (`pkg:docker/gpustack/runner@sha256%3A...?repository_url=docker.io`).
-fn purl(repo: &Repo, digest: &str) -> String {
-    format!(
+fn purl(repo: &Repo, digest: &str) -> Option<String> {
+    // A layout directory has no package URL type; its statement names the digest only.
+    if repo.layout_path().is_some() {
+        return None;
+    }
+    Some(format!(
         "pkg:docker/{}@{}?repository_url={}",
         repo.repository,
         digest.replace(':', "%3A"),
         repo.registry.replace(':', "%3A")
-    )
+    ))
 }
 
 fn hex(digest: &str) -> &str {
@@ -124,12 +128,15 @@ pub fn build(plan: &ImagePlan) -> Result<Vec<Attachment>> {
             .iter()
             .map(|s| json!({"id": s.id, "title": s.title, "digest": {"sha256": hex(&s.definition_digest)}}))
             .collect();
-        let mut deps = vec![json!({
+        let mut manifest_dep = json!({
             "name": "manifest",
-            "uri": purl(&plan.source, &p.original.digest),
             "digest": {"sha256": hex(&p.original.digest)},
             "mediaType": p.original.media_type,
-        })];
+        });
+        if let Some(uri) = purl(&plan.source, &p.original.digest) {
+            manifest_dep["uri"] = Value::String(uri);
+        }
+        let mut deps = vec![manifest_dep];
         let mut byproducts = Vec::new();
         for (i, layer) in new.layers.iter().enumerate() {
             let mut annotations = json!({"diff_id": layer.diff_id});

@@ -79,7 +79,7 @@ impl super::PatchKind for ShapesPatch {
         w
     }
 
-    /// Each file decided on its own ([`decide_one`]), then together: a refusal of any refuses
+    /// Each file decided on its own (`decide_one`), then together: a refusal of any refuses
     /// the patch; files patched beside files already carrying it are a half-applied patch,
     /// refused as the `diff` kind refuses it; a file with the upstream fix (or predating the
     /// bug) is left as it is.
