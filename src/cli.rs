@@ -73,7 +73,8 @@ pub struct Global {
     #[arg(long, global = true, value_name = "DIR")]
     pub patches_dir: Option<PathBuf>,
     /// A patch: an id (built in or in --patches-dir), or a path to a patch folder holding
-    /// `patch.toml` (any value with a `/`, such as `./my-fix`). Repeatable for `patch-dir`.
+    /// `patch.toml` (any value with a `/`, such as `./my-fix`). Repeatable: applied in the order
+    /// given, one layer per file patch (default: the built-in multiconnector-observe).
     #[arg(long, global = true, value_name = "ID|PATH")]
     pub patch: Vec<String>,
     #[command(flatten)]
