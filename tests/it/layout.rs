@@ -807,3 +807,84 @@ fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
+
+/// A layout on a full disk, filled at every point of a copy (tmpfs sizes from a few blobs to
+/// all but the last write): the run either completes or stops with the disk's error, and what
+/// is on disk is always a whole layout, with the tag only when the run completed. (A write that
+/// fails in the background of an async file must never pass for a stored blob or index.)
+#[test]
+fn a_full_disk_under_a_layout_is_an_error_and_leaves_it_whole() {
+    let reg = Registry::start();
+    reg.seed(&["cuda12.9-vllm0.27.1"]);
+    let work = tempfile::tempdir().expect("tmp");
+    let tag = "cuda12.9-vllm0.27.1";
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let mut failed = 0;
+    for kib in (96..=512).step_by(16) {
+        let disk = work.path().join(format!("disk-{kib}"));
+        std::fs::create_dir(&disk).expect("mkdir");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&disk)
+            .status()
+            .is_ok_and(|st| st.success());
+        if !mounted {
+            eprintln!(
+                "SKIPPED a_full_disk_under_a_layout: cannot mount a small tmpfs here (needs root)"
+            );
+            return;
+        }
+        let _unmount = Unmount(disk.clone());
+        let layout = disk.join("layout");
+        let run = cli(
+            work.path(),
+            &[
+                "apply",
+                "--backend",
+                "cuda",
+                "--repository",
+                &reg.repo(),
+                "--tag",
+                tag,
+                "--target-repository",
+                &oci(&layout),
+                "--manifest",
+                work.path()
+                    .join(format!("map-{kib}.json"))
+                    .to_str()
+                    .expect("utf8"),
+            ],
+        );
+        match run.code {
+            0 => {
+                assert_whole(&layout);
+                assert!(
+                    entry(&layout, tag).is_some(),
+                    "{kib} KiB: completed but untagged"
+                );
+            }
+            2 => {
+                failed += 1;
+                assert!(
+                    run.stderr.contains("No space left on device"),
+                    "{kib} KiB: the disk's error is named: {}",
+                    run.stderr
+                );
+                if layout.join("index.json").exists() {
+                    assert_whole(&layout);
+                    assert!(
+                        entry(&layout, tag).is_none(),
+                        "{kib} KiB: the tag was written"
+                    );
+                }
+            }
+            other => panic!("{kib} KiB: exit {other}: {}", run.stderr),
+        }
+    }
+    assert!(failed > 0, "no size was small enough to fill the disk");
+}

@@ -59,6 +59,9 @@ pub(super) async fn write_verified(
         if actual != digest || size.is_some_and(|s| s != n) {
             return Err(err(op, what, format!("digest mismatch: {n} bytes with digest {actual} arrived; refusing to store them as {digest}")));
         }
+        // tokio's File writes in the background: a failed last write (a full disk) is only
+        // reported by flush; sync_all would keep it to itself and a short file be renamed in.
+        f.flush().await.map_err(io)?;
         f.sync_all().await.map_err(io)?;
         drop(f);
         tokio::fs::rename(&tmp, dest).await.map_err(io)?;
