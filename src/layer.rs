@@ -118,24 +118,6 @@ pub fn build_changes(
     })
 }
 
-/// Builds the layer of one rewritten file (with its original header and `mtime`) and the
-/// whiteouts `whiteouts` (full paths).
-pub fn build(
-    original: &FileEntry,
-    content: &[u8],
-    whiteouts: &[String],
-    mtime: u64,
-    media_type: &str,
-) -> std::io::Result<NewLayer> {
-    let mut changes: Vec<Change> = whiteouts.iter().cloned().map(Change::Whiteout).collect();
-    changes.push(Change::Write(FileEntry {
-        content: std::sync::Arc::new(content.to_vec()),
-        mtime,
-        ..original.clone()
-    }));
-    build_changes(&changes, mtime, media_type)
-}
-
 /// Python tags a module's compiled bytecode may carry: the one named by the path
 /// (`.../python3.12/...` -> `cpython-312`), else every CPython 3.8 to 3.14.
 fn python_tags(path: &str) -> Vec<String> {
@@ -194,23 +176,16 @@ mod tests {
 
     #[test]
     fn layer_is_reproducible_and_readable() {
-        let wh = vec!["usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/__pycache__/multi_connector.cpython-312.pyc".to_owned()];
-        let a = build(
-            &entry(),
-            b"new\n",
-            &wh,
-            1_800_000_000,
-            crate::media::OCI_LAYER_GZIP,
-        )
-        .expect("build");
-        let b = build(
-            &entry(),
-            b"new\n",
-            &wh,
-            1_800_000_000,
-            crate::media::OCI_LAYER_GZIP,
-        )
-        .expect("build");
+        let wh = ["usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/__pycache__/multi_connector.cpython-312.pyc".to_owned()];
+        let mut changes: Vec<Change> = wh.iter().cloned().map(Change::Whiteout).collect();
+        changes.push(Change::Write(FileEntry {
+            content: b"new\n".to_vec().into(),
+            mtime: 1_800_000_000,
+            ..entry()
+        }));
+        let build =
+            || build_changes(&changes, 1_800_000_000, crate::media::OCI_LAYER_GZIP).expect("build");
+        let (a, b) = (build(), build());
         assert_eq!(a.digest, b.digest);
         assert_eq!(a.digest, crate::digest::sha256(&a.bytes));
         let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&a.bytes[..]));

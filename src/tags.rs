@@ -67,7 +67,7 @@ impl RunnerTag {
 pub fn excludes(patch: &Patch, tag: &str) -> Option<String> {
     let meta = patch.meta();
     let t = RunnerTag::parse(tag)?;
-    if !meta.services.is_empty() && !meta.services.contains(&t.service) {
+    if !meta.for_service(&t.service) {
         return Some(format!(
             "patch {} is for services {} and {tag} is {}",
             meta.id,
@@ -75,7 +75,7 @@ pub fn excludes(patch: &Patch, tag: &str) -> Option<String> {
             t.service
         ));
     }
-    if !meta.backends.is_empty() && !meta.backends.contains(&t.backend) {
+    if !meta.for_backend(&t.backend) {
         return Some(format!(
             "patch {} is for backends {} and {tag} is {}",
             meta.id,

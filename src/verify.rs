@@ -422,12 +422,7 @@ pub async fn verify_platform(
         check.file = added_files.first().map(|f| format!("/{f}"));
     }
     for f in &added_files {
-        for pyc in pycs_of(&scanned.pycs, f) {
-            let problem = format!("stale bytecode /{pyc} is visible");
-            if !problems.contains(&problem) {
-                problems.push(problem);
-            }
-        }
+        stale_bytecode(&scanned, f, &mut problems);
     }
     check.problems = problems;
     Ok(check)
@@ -503,12 +498,17 @@ fn shapes_seen(
                     ));
                 }
             }
-            for p in pycs_of(&scanned.pycs, &entry.path) {
-                let problem = format!("stale bytecode /{p} is visible");
-                if !problems.contains(&problem) {
-                    problems.push(problem);
-                }
-            }
+            stale_bytecode(scanned, &entry.path, problems);
+        }
+    }
+}
+
+/// Names each visible `.pyc` of the module at `path` (once, however many checks find it).
+fn stale_bytecode(scanned: &scan::Descent, path: &str, problems: &mut Vec<String>) {
+    for pyc in pycs_of(&scanned.pycs, path) {
+        let problem = format!("stale bytecode /{pyc} is visible");
+        if !problems.contains(&problem) {
+            problems.push(problem);
         }
     }
 }

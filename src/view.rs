@@ -265,21 +265,12 @@ impl ImageView for ScanView<'_> {
     }
 
     fn package_version(&self, root: &str, package: &str) -> Option<String> {
-        let under = |p: &str| {
-            if root.is_empty() {
-                p.to_owned()
-            } else {
-                format!("{root}/{p}")
-            }
-        };
         let dist = package.replace('-', "_");
         let files = &self.descent.files;
-        let meta = files.iter().find(|(p, _)| {
-            p.strip_prefix(&under(""))
-                .and_then(|rest| rest.strip_suffix(".dist-info/METADATA"))
-                .is_some_and(|d| !d.contains('/') && d.starts_with(&format!("{dist}-")))
-        });
-        let version_py = under(&format!("{package}/_version.py"));
+        let meta = files
+            .iter()
+            .find(|(p, _)| crate::patch::is_dist_metadata(root, package, p));
+        let version_py = crate::patch::version_py(root, package);
         meta.and_then(|(p, c)| scan::version_from_file(p, c))
             .or_else(|| {
                 files

@@ -117,21 +117,11 @@ impl ImageView for DirView {
     }
 
     fn package_version(&self, root: &str, package: &str) -> Option<String> {
-        let under = |p: &str| {
-            if root.is_empty() {
-                p.to_owned()
-            } else {
-                format!("{root}/{p}")
-            }
-        };
-        let dist = package.replace('-', "_");
-        let meta = self.paths.keys().find(|p| {
-            p.strip_prefix(&under(""))
-                .and_then(|rest| rest.strip_suffix(".dist-info/METADATA"))
-                .is_some_and(|d| !d.contains('/') && d.starts_with(&format!("{dist}-")))
-        });
-        let version_py = under(&format!("{package}/_version.py"));
-        [meta.cloned(), Some(version_py)]
+        let meta = self
+            .paths
+            .keys()
+            .find(|p| super::is_dist_metadata(root, package, p));
+        [meta.cloned(), Some(super::version_py(root, package))]
             .into_iter()
             .flatten()
             .find_map(|p| {

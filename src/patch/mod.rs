@@ -49,8 +49,17 @@ pub struct Meta {
 impl Meta {
     /// Whether a tag of this service and backend is one this patch is for (discovery).
     pub fn selects(&self, service: &str, backend: &str) -> bool {
-        (self.services.is_empty() || self.services.iter().any(|s| s == service))
-            && (self.backends.is_empty() || self.backends.iter().any(|b| b == backend))
+        self.for_service(service) && self.for_backend(backend)
+    }
+
+    /// Whether this patch is for the service a tag names (an empty list: every service).
+    pub fn for_service(&self, service: &str) -> bool {
+        self.services.is_empty() || self.services.iter().any(|s| s == service)
+    }
+
+    /// Whether this patch is for the backend a tag names (an empty list: every backend).
+    pub fn for_backend(&self, backend: &str) -> bool {
+        self.backends.is_empty() || self.backends.iter().any(|b| b == backend)
     }
 }
 
@@ -319,6 +328,29 @@ pub(crate) fn check_common(
     }
     crate::layer::parse_rfc3339(mtime).map_err(|e| format!("{origin}: mtime: {e}"))?;
     Ok(())
+}
+
+/// Where an installed package's version is read, relative to `root` (the folder holding
+/// `<package>/`): whether `path` is its dist-info `METADATA` (`<root>/<dist>-*.dist-info/METADATA`,
+/// `-` in the name written `_`), and the path of its `<package>/_version.py`. Shared by every view.
+pub fn is_dist_metadata(root: &str, package: &str, path: &str) -> bool {
+    let dist = package.replace('-', "_");
+    let rest = if root.is_empty() {
+        Some(path)
+    } else {
+        path.strip_prefix(root).and_then(|p| p.strip_prefix('/'))
+    };
+    rest.and_then(|r| r.strip_suffix(".dist-info/METADATA"))
+        .is_some_and(|d| !d.contains('/') && d.starts_with(&format!("{dist}-")))
+}
+
+/// The `<package>/_version.py` under `root` (see [`is_dist_metadata`]).
+pub fn version_py(root: &str, package: &str) -> String {
+    if root.is_empty() {
+        format!("{package}/_version.py")
+    } else {
+        format!("{root}/{package}/_version.py")
+    }
 }
 
 /// Default mtime of files written by `diff` patches that set none: fixed, so the same patch

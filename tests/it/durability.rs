@@ -646,23 +646,10 @@ fn rollback_tries_every_entry_and_names_each_failure() {
 fn a_full_disk_moves_no_tag() {
     let s = Setup::new();
     let disk = s.work.path().join("small-disk");
-    std::fs::create_dir(&disk).expect("mkdir");
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&disk)
-        .status()
-        .is_ok_and(|st| st.success());
-    if !mounted {
+    let Some(_unmount) = crate::harness::small_tmpfs(&disk, "64k") else {
         eprintln!("SKIPPED a_full_disk_moves_no_tag: cannot mount a small tmpfs here (needs root)");
         return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(disk.clone());
+    };
     let map = disk.join("map.json");
     let (signal, release) = (s.work.path().join("held"), s.work.path().join("release"));
     // Held at the first blob read (the scan): the map was probed, nothing recorded yet.

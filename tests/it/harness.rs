@@ -240,7 +240,8 @@ pub fn apply(reg: &Registry, cwd: &Path, backend: &str, tags: &[&str], extra: &[
     cli(cwd, &args)
 }
 
-fn run_tool(bin: &str, args: &[&str]) -> Vec<u8> {
+/// Runs an outside tool (skopeo, umoci, ...) and returns its stdout; fails the test if it fails.
+pub fn run_tool(bin: &str, args: &[&str]) -> Vec<u8> {
     need(bin);
     let out = Command::new(bin)
         .args(args)
@@ -422,5 +423,26 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A small tmpfs mounted at `dir` (a folder made here), unmounted when dropped; `None` where
+/// mounting is not allowed (not root), for the test to say SKIPPED.
+pub fn small_tmpfs(dir: &Path, size: &str) -> Option<Unmount> {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|st| st.success())
+        .then(|| Unmount(dir.to_path_buf()))
+}
+
+/// Unmounts its folder when dropped.
+pub struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
     }
 }

@@ -17,19 +17,6 @@ const BACKENDS: [(&str, &str); 3] = [
     ("cann", "cann9.0-910b-vllm0.20.2"),
 ];
 
-fn tool(bin: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{bin}: {e}"));
-    assert!(
-        out.status.success(),
-        "{bin} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 fn oci(dir: &Path) -> String {
     format!("oci:{}", dir.display())
 }
@@ -41,7 +28,7 @@ fn to_layout(reference: &str, dir: &Path, tag: &str, extra: &[&str]) {
     let mut args = vec!["copy", "-q", "--all", "--src-tls-verify=false"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&[src.as_str(), dest.as_str()]);
-    tool("skopeo", &args);
+    run_tool("skopeo", &args);
 }
 
 fn blob(dir: &Path, digest: &str) -> Vec<u8> {
@@ -118,10 +105,10 @@ fn unpack_from(source: &str, arch: &str, into: &Path, gzip: bool) -> PathBuf {
         args.extend_from_slice(&["--dest-compress", "--dest-compress-format", "gzip"]);
     }
     args.extend_from_slice(&[source, dest.as_str()]);
-    tool("skopeo", &args);
+    run_tool("skopeo", &args);
     let image = format!("{}:t", single.display());
     let b = bundle.display().to_string();
-    tool("umoci", &["unpack", "--rootless", "--image", &image, &b]);
+    run_tool("umoci", &["unpack", "--rootless", "--image", &image, &b]);
     bundle.join("rootfs")
 }
 
@@ -529,7 +516,7 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
     assert_eq!(entry(&lay, other), Some(before_other.clone()));
     assert_whole(&lay);
     // Other tools still read the layout; a re-run completes it.
-    tool(
+    run_tool(
         "skopeo",
         &["inspect", "--raw", &format!("{}:{other}", oci(&lay))],
     );
@@ -581,7 +568,7 @@ fn zstd_images_are_patched_in_a_registry_and_in_a_layout() {
     }
     // Into the registry as it is (zstd layers), then patched there, every platform.
     let zrepo = format!("{}/zstd/runner", reg.addr);
-    tool(
+    run_tool(
         "skopeo",
         &[
             "copy",
@@ -818,28 +805,15 @@ fn a_full_disk_under_a_layout_is_an_error_and_leaves_it_whole() {
     reg.seed(&["cuda12.9-vllm0.27.1"]);
     let work = tempfile::tempdir().expect("tmp");
     let tag = "cuda12.9-vllm0.27.1";
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
     let mut failed = 0;
     for kib in (96..=512).step_by(16) {
         let disk = work.path().join(format!("disk-{kib}"));
-        std::fs::create_dir(&disk).expect("mkdir");
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
-            .arg(&disk)
-            .status()
-            .is_ok_and(|st| st.success());
-        if !mounted {
+        let Some(_unmount) = small_tmpfs(&disk, &format!("{kib}k")) else {
             eprintln!(
                 "SKIPPED a_full_disk_under_a_layout: cannot mount a small tmpfs here (needs root)"
             );
             return;
-        }
-        let _unmount = Unmount(disk.clone());
+        };
         let layout = disk.join("layout");
         let run = cli(
             work.path(),

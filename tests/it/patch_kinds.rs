@@ -235,6 +235,14 @@ fn base_diff_patch(work: &Path, rootfs: &Path) -> (String, Vec<u8>) {
     (dir, changed)
 }
 
+/// How many layers each platform of a tag has, as skopeo reads the registry.
+fn layer_counts(reference: &str) -> Vec<usize> {
+    platform_manifests(reference)
+        .iter()
+        .map(|m| m["layers"].as_array().expect("layers").len())
+        .collect()
+}
+
 fn platform_manifests(reference: &str) -> Vec<serde_json::Value> {
     let index: serde_json::Value =
         serde_json::from_slice(&crate::harness::skopeo_raw(reference)).expect("index");
@@ -259,10 +267,7 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
     let tag = "cuda12.9-vllm0.27.1";
     let reference = format!("{}:{tag}", reg.repo());
     let original_digest = crate::harness::served(&reference);
-    let original_layers: Vec<usize> = platform_manifests(&reference)
-        .iter()
-        .map(|m| m["layers"].as_array().expect("layers").len())
-        .collect();
+    let original_layers: Vec<usize> = layer_counts(&reference);
     let (rootfs, _) = unpack(&reference, "amd64", &work.path().join("orig"));
     let (diff, expected_base) = base_diff_patch(work.path(), &rootfs);
     let env = root().join("examples/patches/nccl-p2p-off");
@@ -302,10 +307,7 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
         );
     }
     // Two layers on every platform (one per file patch), as skopeo reads the registry.
-    let after: Vec<usize> = platform_manifests(&reference)
-        .iter()
-        .map(|m| m["layers"].as_array().expect("layers").len())
-        .collect();
+    let after: Vec<usize> = layer_counts(&reference);
     assert_eq!(
         after,
         original_layers.iter().map(|n| n + 2).collect::<Vec<_>>()
@@ -379,10 +381,7 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
         after_first.as_str(),
         "the run's own starting point"
     );
-    let layers: Vec<usize> = platform_manifests(&reference)
-        .iter()
-        .map(|m| m["layers"].as_array().expect("layers").len())
-        .collect();
+    let layers: Vec<usize> = layer_counts(&reference);
     assert_eq!(
         layers,
         original_layers.iter().map(|n| n + 2).collect::<Vec<_>>()
