@@ -32,7 +32,7 @@ const PLAN_EXAMPLES: &str = "Examples:
 
 const VERIFY_EXAMPLES: &str = "Examples:
   # Everything an apply run patched, against the originals it recorded
-  runner-patch verify --manifest runner-patch-manifest.json
+  runner-patch verify --digest-map runner-patch-manifest.json
 
   # One image, structure only (no digest map)
   runner-patch verify docker.io/gpustack/runner:cuda12.9-vllm0.27.1
@@ -42,10 +42,10 @@ const VERIFY_EXAMPLES: &str = "Examples:
 
 const ROLLBACK_EXAMPLES: &str = "Examples:
   # Undo an apply run: every tag it moved goes back to its original digest
-  runner-patch rollback --manifest runner-patch-manifest.json
+  runner-patch rollback --digest-map runner-patch-manifest.json
 
   # See first what would move
-  runner-patch rollback --manifest runner-patch-manifest.json --dry-run";
+  runner-patch rollback --digest-map runner-patch-manifest.json --dry-run";
 
 use runner_patch::VERSION;
 
@@ -81,7 +81,8 @@ pub struct Global {
     pub bounds: Bounds,
 }
 
-/// Time bounds on registry traffic (README, "Bounds"); each also reads an environment variable.
+/// Time bounds on registry traffic (docs/reliability.md, "Bounds"); each also reads an
+/// environment variable.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Registry bounds")]
 pub struct Bounds {
@@ -204,13 +205,14 @@ pub struct ImageArgs {
 pub struct ApplyArgs {
     #[command(flatten)]
     pub images: ImageArgs,
-    /// Where the digest map is written.
+    /// Where the digest map is written (`--manifest`, its earlier name, still works).
     #[arg(
-        long,
+        long = "digest-map",
+        visible_alias = "manifest",
         value_name = "PATH",
         default_value = "runner-patch-manifest.json"
     )]
-    pub manifest: PathBuf,
+    pub digest_map: PathBuf,
     /// Compute and report everything, push nothing, write no digest map (same as `plan`).
     #[arg(long)]
     pub dry_run: bool,
@@ -233,9 +235,10 @@ pub struct VerifyArgs {
     /// Images to check (`REPO:TAG` or `REPO@DIGEST`), without a digest map: structure only.
     #[arg(value_name = "REF")]
     pub references: Vec<String>,
-    /// A digest map from `apply`: check every patched target against its original.
-    #[arg(long, value_name = "PATH")]
-    pub manifest: Option<PathBuf>,
+    /// A digest map from `apply`: check every patched target against its original
+    /// (`--manifest`, its earlier name, still works).
+    #[arg(long = "digest-map", visible_alias = "manifest", value_name = "PATH")]
+    pub digest_map: Option<PathBuf>,
     /// Skip the provenance checks (for images applied with `--no-provenance`).
     #[arg(long)]
     pub no_provenance: bool,
@@ -246,9 +249,9 @@ pub struct VerifyArgs {
 
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
-    /// The digest map written by `apply`.
-    #[arg(long, value_name = "PATH")]
-    pub manifest: PathBuf,
+    /// The digest map written by `apply` (`--manifest`, its earlier name, still works).
+    #[arg(long = "digest-map", visible_alias = "manifest", value_name = "PATH")]
+    pub digest_map: PathBuf,
     /// Show what would be moved, move nothing.
     #[arg(long)]
     pub dry_run: bool,

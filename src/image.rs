@@ -109,17 +109,17 @@ impl Index {
 
 /// What a document at a tag is.
 #[derive(Debug, Clone)]
-pub enum View {
+pub enum Top {
     Index(Index),
     Manifest(Manifest),
 }
 
-impl View {
+impl Top {
     /// Reads either kind; anything else is an error naming its media type.
     pub fn parse(doc: &Document, what: &str) -> Result<Self, String> {
         match doc.kind() {
-            Some(Kind::Index(_)) => Index::parse(doc, what).map(View::Index),
-            Some(Kind::Manifest(_)) => Manifest::parse(doc, what).map(View::Manifest),
+            Some(Kind::Index(_)) => Index::parse(doc, what).map(Top::Index),
+            Some(Kind::Manifest(_)) => Manifest::parse(doc, what).map(Top::Manifest),
             None => Err(format!(
                 "{what} has media type {:?}, which is neither a manifest nor an index",
                 doc.media_type
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(v.children.len(), 2);
         let p: Vec<&str> = v.platforms().map(|c| c.platform.as_str()).collect();
         assert_eq!(p, ["linux/arm64/v8"]);
-        assert!(matches!(View::parse(&i, "i"), Ok(View::Index(_))));
+        assert!(matches!(Top::parse(&i, "i"), Ok(Top::Index(_))));
         assert!(Manifest::parse(&i, "i").is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! The one new layer: the patched file at its original path with its original owner and mode,
-//! plus whiteouts for stale bytecode. Built in memory (it is a few KiB) and made reproducible:
+//! A new layer from a patch's changes: each written file at its path with the header it was
+//! given (the original's owner and mode), and a `.wh.` entry for each hidden path. Built in memory (it is a few KiB) and made reproducible:
 //! sorted entries, fixed headers, a gzip header without time or name, one pinned deflate backend.
 
 use std::io::Write;
@@ -7,7 +7,7 @@ use std::io::Write;
 use flate2::{Compression, GzBuilder};
 
 use crate::digest::HashingWriter;
-use crate::patch::Change;
+use crate::patch::verdict::Change;
 use crate::scan::FileEntry;
 
 /// A finished layer blob with both of its digests.
@@ -20,23 +20,6 @@ pub struct NewLayer {
     pub diff_id: String,
     pub media_type: String,
     pub mtime: u64,
-}
-
-/// Parses an RFC 3339 time into Unix seconds.
-pub fn parse_rfc3339(s: &str) -> Result<u64, String> {
-    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{s:?} is not an RFC 3339 time: {e}"))?;
-    u64::try_from(t.unix_timestamp()).map_err(|_| format!("{s:?} is before 1970"))
-}
-
-/// The mtime for the patched file: the patch's own time, moved by a second if the original had
-/// exactly that time, so a timestamp-checked `.pyc` can never match it.
-pub fn new_mtime(patch_mtime: u64, original: &FileEntry) -> u64 {
-    if patch_mtime == original.mtime {
-        patch_mtime + 1
-    } else {
-        patch_mtime
-    }
 }
 
 /// Builds the layer of one patch's changes: each written file with its own header (kept from
@@ -118,43 +101,6 @@ pub fn build_changes(
     })
 }
 
-/// Python tags a module's compiled bytecode may carry: the one named by the path
-/// (`.../python3.12/...` -> `cpython-312`), else every CPython 3.8 to 3.14.
-fn python_tags(path: &str) -> Vec<String> {
-    let named = path.split('/').find_map(|c| {
-        let v = c.strip_prefix("python3.")?;
-        (!v.is_empty() && v.chars().all(|ch| ch.is_ascii_digit())).then(|| format!("cpython-3{v}"))
-    });
-    match named {
-        Some(t) => vec![t],
-        None => (8..=14).map(|m| format!("cpython-3{m}")).collect(),
-    }
-}
-
-/// Whiteouts for every name compiled bytecode of the module at `path` can have
-/// (`__pycache__/<stem>.<tag>[.opt-N].pyc`), wherever it lies in the layers below: a `.pyc`
-/// left visible is loaded instead of the new source when its checks still pass (hash-based
-/// unchecked pycs always do). A whiteout of a name nothing holds hides nothing, so this needs
-/// no scan of the layers below.
-pub fn bytecode_whiteouts(path: &str) -> Vec<String> {
-    let Some(module) = path.strip_suffix(".py") else {
-        return Vec::new();
-    };
-    let (dir, stem) = module.rsplit_once('/').unwrap_or(("", module));
-    let cache = if dir.is_empty() {
-        "__pycache__".to_owned()
-    } else {
-        format!("{dir}/__pycache__")
-    };
-    let mut out = Vec::new();
-    for tag in python_tags(path) {
-        for opt in ["", ".opt-1", ".opt-2"] {
-            out.push(format!("{cache}/{stem}.{tag}{opt}.pyc"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,25 +158,5 @@ mod tests {
             (names[1].1, names[1].2, names[1].3),
             (1000, 1_800_000_000, 0o644)
         );
-    }
-
-    #[test]
-    fn bytecode_whiteouts_cover_every_name() {
-        let w = bytecode_whiteouts("usr/lib/python3.12/site-packages/vllm/a.py");
-        assert_eq!(w.len(), 3);
-        assert!(w.contains(
-            &"usr/lib/python3.12/site-packages/vllm/__pycache__/a.cpython-312.opt-1.pyc".to_owned()
-        ));
-        let w = bytecode_whiteouts("vllm-workspace/vllm/vllm/a.py");
-        assert_eq!(w.len(), 21);
-        assert!(w.contains(&"vllm-workspace/vllm/vllm/__pycache__/a.cpython-38.pyc".to_owned()));
-        assert!(bytecode_whiteouts("etc/x.json").is_empty());
-    }
-
-    #[test]
-    fn mtime_always_changes() {
-        let e = entry();
-        assert_eq!(new_mtime(e.mtime, &e), e.mtime + 1);
-        assert_eq!(new_mtime(5, &e), 5);
     }
 }

@@ -3,32 +3,35 @@
 //!
 //! Data flows one way, one module per step: a reference ([`registry`]) gives manifests and
 //! configs ([`media`], read through the typed [`image`] view); [`scan`] reads layers and
-//! [`view`] shows what the container sees; each [`patch`] decides on that view; [`layer`]
+//! [`visible`] shows what the container sees; each [`patch`] decides on that tree; [`layer`]
 //! builds the new layer; [`rewrite`] appends it to config, manifest and index; [`plan`] holds
 //! all of that per image; [`push`] writes it; [`provenance`] attaches the record of it beside
-//! the image; [`digest_map`] records it. [`verify`] checks the result from what is served.
+//! the image; [`digest_map`] records it. [`apply`] runs those steps for one image, in order;
+//! [`verify`] checks the result from what is served; [`rollback`] puts the originals back.
 //! The library never draws: progress goes to a [`progress`] listener the binary sets.
 
+pub mod apply;
 pub mod digest;
 pub mod digest_map;
+pub mod fsutil;
 pub mod image;
 pub mod layer;
 pub mod media;
 pub mod patch;
-pub mod patches;
 pub mod plan;
 pub mod progress;
 pub mod provenance;
 pub mod push;
 pub mod registry;
 pub mod rewrite;
+pub mod rollback;
 pub mod scan;
 pub mod scan_cache;
 pub mod tags;
 pub mod units;
 pub mod verify;
 pub mod version;
-pub mod view;
+pub mod visible;
 
 /// `--version`: the release and the commit it was built from, so a pipeline log (and the scan
 /// cache's keys) say exactly which build ran.

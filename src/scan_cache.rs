@@ -18,9 +18,8 @@
 //! independent of earlier runs.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -30,8 +29,6 @@ use crate::scan::{EntryKind, FileEntry, LayerScan, Wanted};
 
 /// Bumped whenever the entry layout or the meaning of a scan changes.
 const FORMAT: u64 = 1;
-
-static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
 
 /// The default cache folder: under the user's cache directory, when there is one.
 pub fn default_dir() -> Option<PathBuf> {
@@ -46,19 +43,51 @@ pub fn default_dir() -> Option<PathBuf> {
     Some(base.join("runner-patch").join("scans"))
 }
 
-/// Turns the cache on for this process (once, before any scan): `dir`, else the default;
-/// `off` (`--no-cache`) turns it off.
-pub fn configure(off: bool, dir: Option<PathBuf>) {
-    let dir = if off { None } else { dir.or_else(default_dir) };
-    match &dir {
-        Some(d) => tracing::debug!("scan cache in {}", d.display()),
-        None => tracing::debug!("no scan cache"),
-    }
-    let _ = DIR.set(dir);
+/// Where a run keeps its scans, if anywhere: owned by the run's layer reader, so two runs in
+/// one process (tests, a library user) each have their own.
+#[derive(Debug, Clone, Default)]
+pub struct ScanCache {
+    dir: Option<PathBuf>,
 }
 
-fn dir() -> Option<&'static Path> {
-    DIR.get().and_then(|d| d.as_deref())
+impl ScanCache {
+    /// `dir`, else the default; `off` (`--no-cache`) keeps nothing.
+    pub fn at(off: bool, dir: Option<PathBuf>) -> Self {
+        let dir = if off { None } else { dir.or_else(default_dir) };
+        match &dir {
+            Some(d) => tracing::debug!("scan cache in {}", d.display()),
+            None => tracing::debug!("no scan cache"),
+        }
+        ScanCache { dir }
+    }
+
+    /// No cache (what `verify` uses, so its checks stay independent of earlier runs).
+    pub fn off() -> Self {
+        ScanCache { dir: None }
+    }
+
+    /// The cached scan of a layer, when a valid entry for exactly this layer and key exists.
+    pub fn load(
+        &self,
+        desc: &Descriptor,
+        compression: Compression,
+        wanted: &Wanted,
+    ) -> Option<LayerScan> {
+        load(self.dir.as_deref()?, desc, compression, wanted)
+    }
+
+    /// Records a scan. Call only with the result of a complete, verified read of the layer.
+    pub fn store(
+        &self,
+        desc: &Descriptor,
+        compression: Compression,
+        wanted: &Wanted,
+        scan: &LayerScan,
+    ) {
+        if let Some(dir) = &self.dir {
+            store(dir, desc, compression, wanted, scan);
+        }
+    }
 }
 
 /// What was looked for and by which build, as one string: two scans with the same key find
@@ -111,9 +140,12 @@ fn entry_path(dir: &Path, desc: &Descriptor, compression: Compression, key: &str
     dir.join(format!("v{FORMAT}")).join(format!("{hex}.json"))
 }
 
-/// The cached scan of a layer, when a valid entry for exactly this layer and key exists.
-pub fn load(desc: &Descriptor, compression: Compression, wanted: &Wanted) -> Option<LayerScan> {
-    let dir = dir()?;
+fn load(
+    dir: &Path,
+    desc: &Descriptor,
+    compression: Compression,
+    wanted: &Wanted,
+) -> Option<LayerScan> {
     let key = wanted_key(wanted);
     let path = entry_path(dir, desc, compression, &key);
     let size = match std::fs::metadata(&path) {
@@ -153,11 +185,13 @@ pub fn load(desc: &Descriptor, compression: Compression, wanted: &Wanted) -> Opt
     }
 }
 
-/// Records a scan. Call only with the result of a complete, verified read of the layer.
-pub fn store(desc: &Descriptor, compression: Compression, wanted: &Wanted, scan: &LayerScan) {
-    let Some(dir) = dir() else {
-        return;
-    };
+fn store(
+    dir: &Path,
+    desc: &Descriptor,
+    compression: Compression,
+    wanted: &Wanted,
+    scan: &LayerScan,
+) {
     if scan.kept > MAX_CACHED_KEPT {
         tracing::debug!("layer {}: scan keeps too much to cache", desc.digest);
         return;
@@ -179,16 +213,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .parent()
         .ok_or_else(|| std::io::Error::other("no parent directory"))?;
     std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id()
-    ));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    crate::fsutil::write_atomic(path, bytes)
 }
 
 fn b64(bytes: &[u8]) -> String {

@@ -79,9 +79,9 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
     let human = runner_patch::units::human;
     let mut counts: Vec<(String, usize)> = Vec::new();
     for i in &map.images {
-        match counts.iter_mut().find(|(o, _)| *o == i.outcome) {
+        match counts.iter_mut().find(|(o, _)| *o == i.outcome.as_str()) {
             Some((_, n)) => *n += 1,
-            None => counts.push((i.outcome.clone(), 1)),
+            None => counts.push((i.outcome.as_str().to_owned(), 1)),
         }
     }
     if !errors.is_empty() {
@@ -132,7 +132,7 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
             md,
             "| {}{target} | all | {} | {} |  |  | {} | {} |",
             code(&i.source),
-            cell(&i.outcome),
+            cell(i.outcome.as_str()),
             digests(&i.original_digest, i.patched_digest.as_deref()),
             human(read),
             human(i.bytes_to_push),
@@ -143,7 +143,7 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
                 "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 code(&i.source),
                 cell(&p.platform),
-                cell(&p.outcome),
+                cell(p.outcome.as_str()),
                 digests(&p.original_digest, p.patched_digest.as_deref()),
                 p.file.as_deref().map(code).unwrap_or_default(),
                 cell(p.vllm_version.as_deref().unwrap_or("?")),
@@ -161,7 +161,7 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
         .flat_map(|i| {
             i.platforms
                 .iter()
-                .filter(|p| p.outcome == "refused")
+                .filter(|p| p.outcome == runner_patch::patch::Outcome::Refused)
                 .map(move |p| {
                     format!(
                         "- {} {}: {}",

@@ -4,16 +4,17 @@
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command, Global};
-use runner_patch::patch::PatchSpec;
+use runner_patch::patch::shapes::{PatchSpec, ShapesPatch};
 
 pub mod apply;
 pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
 pub mod rollback;
+mod rows;
 pub mod verify;
 
-/// Exit statuses, as documented in the README.
+/// Exit statuses, as documented in docs/pipeline.md ("Exit status").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Success,
@@ -75,10 +76,10 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Loads the chosen patches (ids from the built-in catalogue or `--patches-dir`, or folders),
 /// in the order given, every one validated before any registry is touched.
-pub fn load_patches(g: &Global) -> Result<Vec<runner_patch::patch::Patch>, String> {
-    let patches = runner_patch::patches::resolve(&g.patch, g.patches_dir.as_deref())?;
+pub fn load_patches(g: &Global) -> anyhow::Result<Vec<runner_patch::patch::Patch>> {
+    let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
     if patches.is_empty() {
-        return Err("no patch".to_owned());
+        anyhow::bail!("no patch");
     }
     Ok(patches)
 }
@@ -94,23 +95,25 @@ pub fn map_patch_name(patches: &[runner_patch::patch::Patch]) -> String {
 }
 
 /// The one `shapes` patch a file-level command (`patch-file`) applies.
-pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
+pub fn load_shapes(g: &Global) -> anyhow::Result<PatchSpec> {
     let mut patches = load_patches(g)?;
     if patches.len() > 1 {
-        return Err(format!(
+        anyhow::bail!(
             "{} patches named: patch-file applies one shapes patch (patch-dir stacks several)",
             patches.len()
-        ));
+        );
     }
-    match patches.pop() {
-        Some(runner_patch::patch::Patch::Shapes(s)) => Ok(s.spec),
-        Some(other) => Err(format!(
+    let Some(p) = patches.pop() else {
+        anyhow::bail!("no patch");
+    };
+    match p.downcast::<ShapesPatch>() {
+        Some(s) => Ok(s.spec.clone()),
+        None => anyhow::bail!(
             "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
-            other.meta().id,
-            other.meta().origin,
-            other.meta().kind.as_str(),
-        )),
-        None => Err("no patch".to_owned()),
+            p.meta().id,
+            p.meta().origin,
+            p.meta().kind,
+        ),
     }
 }
 
@@ -125,7 +128,7 @@ pub fn run(cli: Cli) -> ExitCode {
             apply::Mode {
                 dry_run: a.dry_run,
                 force: a.force,
-                manifest: Some(&a.manifest),
+                digest_map: Some(&a.digest_map),
                 provenance_dir: a.provenance_dir.as_deref(),
             },
         ),
@@ -135,7 +138,7 @@ pub fn run(cli: Cli) -> ExitCode {
             apply::Mode {
                 dry_run: true,
                 force: false,
-                manifest: None,
+                digest_map: None,
                 provenance_dir: None,
             },
         ),

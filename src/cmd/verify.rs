@@ -1,319 +1,100 @@
 //! `runner-patch verify`: check patched images, from a digest map (against their originals) or
-//! by reference (structure only). Exit 1 when anything differs, naming it.
+//! by reference (structure only), through the library; print what differs. Exit 1 when
+//! anything differs, naming it.
 
-use std::collections::HashMap;
-
-use anyhow::{anyhow, bail, Result};
-use serde_json::{json, Value};
+use anyhow::{bail, Result};
+use serde_json::json;
 
 use super::Status;
 use crate::cli::{Global, VerifyArgs};
 use runner_patch::digest_map::DigestMap;
-
-/// `REPO:TAG` of a map entry, as an error this command reports.
-fn split_tagged(s: &str) -> Result<(Repo, String)> {
-    runner_patch::digest_map::split_tagged(s).map_err(|e| anyhow!(e))
-}
-use runner_patch::image;
-use runner_patch::media::{is_attestation, Document, Kind};
-use runner_patch::provenance;
+use runner_patch::patch::Outcome;
 use runner_patch::registry::{Registry, Repo};
-use runner_patch::verify::{verify_platform, Checks, PlatformCheck};
+use runner_patch::verify::{check_record, check_reference, Checks, ImageCheck};
 
-/// One image's checks.
-#[derive(Debug, serde::Serialize)]
-struct ImageCheck {
-    reference: String,
-    digest: String,
-    problems: Vec<String>,
-    platforms: Vec<PlatformCheck>,
-}
-
-impl ImageCheck {
-    fn ok(&self) -> bool {
-        self.problems.is_empty() && self.platforms.iter().all(|p| p.problems.is_empty())
-    }
-}
-
-/// The children of a document that are platforms (attestations left out), with their names.
-async fn platforms(reg: &Registry, repo: &Repo, top: &Document) -> Result<Vec<(String, Document)>> {
-    match image::View::parse(top, &format!("{repo}@{}", top.digest)).map_err(|e| anyhow!(e))? {
-        image::View::Index(index) => {
-            let mut out = Vec::new();
-            for c in index.platforms() {
-                let doc = reg
-                    .manifest_get(&repo.at_digest(&c.descriptor.digest))
-                    .await?;
-                out.push((c.platform.clone(), doc));
+/// Every image the map and the references name, checked; and the map's records skipped.
+async fn check_all(
+    reg: &Registry,
+    checks: &Checks,
+    map: Option<&DigestMap>,
+    a: &VerifyArgs,
+) -> Result<(Vec<ImageCheck>, Vec<String>)> {
+    let with_provenance = !a.no_provenance;
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for rec in map.map(|m| m.images.as_slice()).unwrap_or_default() {
+        match rec.outcome {
+            Outcome::Patched => out.push(check_record(reg, checks, rec, with_provenance).await?),
+            Outcome::AlreadyPatched => {
+                // What the tag served (the patched image), by tag so that its companions are
+                // checked too.
+                let mut c = check_reference(reg, checks, &rec.target, with_provenance).await?;
+                let expect = rec
+                    .patched_digest
+                    .as_deref()
+                    .unwrap_or(&rec.original_digest);
+                if c.digest != expect {
+                    c.problems.push(format!(
+                        "{} points at {}, not at {expect}",
+                        rec.target, c.digest
+                    ));
+                }
+                out.push(c);
             }
-            Ok(out)
+            other => skipped.push(format!("{} ({other})", rec.source)),
         }
-        image::View::Manifest(_) => Ok(vec![(String::from("(single manifest)"), top.clone())]),
     }
+    for r in &a.references {
+        out.push(check_reference(reg, checks, r, with_provenance).await?);
+    }
+    Ok((out, skipped))
 }
 
-/// Every per-platform companion tag (`<tag>-linux-<arch>`) that exists must point at its
-/// platform's child of the index the tag serves, whether or not a run recorded moving it.
-async fn companion_problems(
-    reg: &Registry,
-    repo: &Repo,
-    tag: &str,
-    top: &Document,
-    children: &[(String, Document)],
-) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    if !matches!(top.kind(), Some(Kind::Index(_))) {
-        return Ok(problems);
+/// The text for people: each image and platform, ok or FAIL, with what differs.
+fn text(c: &ImageCheck) -> String {
+    let mark = |ok: bool| if ok { "ok  " } else { "FAIL" };
+    let mut out = format!("{} {}", mark(c.ok()), c.reference);
+    for p in &c.problems {
+        out.push_str(&format!("\n  - {p}"));
     }
-    for (platform, child) in children {
-        let ctag = format!("{tag}-{}", runner_patch::tags::companion_suffix(platform));
-        if runner_patch::tags::check(&ctag).is_err() {
-            continue;
-        }
-        if let Some(now) = reg.manifest_digest(&repo.at_tag(&ctag)).await? {
-            if now != child.digest {
-                problems.push(format!(
-                    "companion {repo}:{ctag} points at {now}, not at the {platform} child {} of {repo}:{tag}",
-                    child.digest
-                ));
-            }
-        }
-    }
-    Ok(problems)
-}
-
-async fn check_reference(
-    reg: &Registry,
-    spec: &Checks,
-    input: &str,
-    with_provenance: bool,
-) -> Result<ImageCheck> {
-    let (repo, r) = Repo::parse_reference(input).map_err(|e| anyhow!(e))?;
-    let top = reg.manifest_get(&r).await?;
-    let mut check = ImageCheck {
-        reference: input.to_owned(),
-        digest: top.digest.clone(),
-        problems: Vec::new(),
-        platforms: Vec::new(),
-    };
-    let children = platforms(reg, &repo, &top).await?;
-    if let Some(tag) = r.tag() {
-        check
-            .problems
-            .extend(companion_problems(reg, &repo, tag, &top, &children).await?);
-    }
-    for (name, m) in children {
-        let mut pc = verify_platform(reg, spec, &repo, name, &m, None).await?;
-        if with_provenance {
-            let found = provenance::check(reg, &repo, &m, None, None, &pc.seen).await?;
-            pc.problems.extend(found.problems);
-            pc.made_from = found.origins;
-        }
-        check.platforms.push(pc);
-    }
-    Ok(check)
-}
-
-async fn check_record(
-    reg: &Registry,
-    spec: &Checks,
-    rec: &runner_patch::digest_map::ImageRecord,
-    with_provenance: bool,
-) -> Result<ImageCheck> {
-    let (source, _) = split_tagged(&rec.source)?;
-    let (target, target_tag) = split_tagged(&rec.target)?;
-    let patched = rec
-        .patched_digest
-        .clone()
-        .ok_or_else(|| anyhow!("{} has no patched digest", rec.target))?;
-    let mut check = ImageCheck {
-        reference: rec.target.clone(),
-        digest: patched.clone(),
-        problems: Vec::new(),
-        platforms: Vec::new(),
-    };
-    if rec.in_progress {
-        check.problems.push(format!(
-            "the run that patched {} did not finish moving its tags; run apply again with the same --manifest",
-            rec.target
+    for p in &c.platforms {
+        out.push_str(&format!(
+            "\n  {} {:<16} {}",
+            mark(p.problems.is_empty()),
+            p.platform,
+            p.file.as_deref().unwrap_or("")
         ));
-    }
-    let now = reg.manifest_digest(&target.at_tag(&target_tag)).await?;
-    if now.as_deref() != Some(patched.as_str()) {
-        check.problems.push(format!(
-            "{} points at {}, not at the patched {patched}",
-            rec.target,
-            now.as_deref().unwrap_or("nothing")
-        ));
-    }
-    let top = reg.manifest_get(&target.at_digest(&patched)).await?;
-    let original_top = reg
-        .manifest_get(&source.at_digest(&rec.original_digest))
-        .await?;
-    let originals: HashMap<String, String> = rec
-        .platforms
-        .iter()
-        .map(|p| {
-            (
-                p.patched_digest.clone().unwrap_or_default(),
-                p.original_digest.clone(),
-            )
-        })
-        .collect();
-    if let (Some(Kind::Index(_)), Some(Kind::Index(_))) = (top.kind(), original_top.kind()) {
-        // Same children in the same order, with the same platform and annotations.
-        let strip = |v: &Value| -> Vec<Value> {
-            v["manifests"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|m| !is_attestation(m))
-                .map(|m| {
-                    let mut m = m.clone();
-                    if let Some(o) = m.as_object_mut() {
-                        o.remove("digest");
-                        o.remove("size");
-                    }
-                    m
-                })
-                .collect()
-        };
-        if strip(&top.json) != strip(&original_top.json) {
-            check.problems.push(
-                "the index's children differ from the original's in order, platform or annotations"
-                    .into(),
-            );
+        for x in &p.made_from {
+            out.push_str(&format!("\n      made from {x}"));
         }
-        if top.media_type != original_top.media_type {
-            check.problems.push(format!(
-                "index media type {} differs from the original's {}",
-                top.media_type, original_top.media_type
-            ));
+        for x in &p.problems {
+            out.push_str(&format!("\n      - {x}"));
         }
     }
-    let children = platforms(reg, &target, &top).await?;
-    check
-        .problems
-        .extend(companion_problems(reg, &target, &target_tag, &top, &children).await?);
-    for (name, m) in children {
-        let was_patched = rec.platforms.iter().any(|p| {
-            p.outcome == "patched" && p.patched_digest.as_deref() == Some(m.digest.as_str())
-        });
-        if !was_patched {
-            // A platform the run left as it was must still be exactly the original child.
-            if !rec.platforms.iter().any(|p| p.original_digest == m.digest) {
-                check.platforms.push(PlatformCheck {
-                    platform: name,
-                    digest: m.digest.clone(),
-                    file: None,
-                    problems: vec![
-                        "child is neither a patched nor an original manifest of this image".into(),
-                    ],
-                    made_from: Vec::new(),
-                    seen: Default::default(),
-                });
-            }
-            continue;
-        }
-        let orig_digest = originals.get(&m.digest).cloned().unwrap_or_default();
-        let orig = reg.manifest_get(&source.at_digest(&orig_digest)).await?;
-        let mut pc = verify_platform(reg, spec, &target, name, &m, Some((&source, &orig))).await?;
-        let recorded = rec
-            .platforms
-            .iter()
-            .find(|p| p.patched_digest.as_deref() == Some(m.digest.as_str()))
-            .and_then(|p| p.provenance.as_ref());
-        if let (Some(prov), true) = (recorded, with_provenance) {
-            let found = provenance::check(
-                reg,
-                &target,
-                &m,
-                Some(&orig_digest),
-                Some(&prov.digest),
-                &pc.seen,
-            )
-            .await?;
-            pc.problems.extend(found.problems);
-            pc.made_from = found.origins;
-        }
-        check.platforms.push(pc);
-    }
-    for c in &rec.companions {
-        if !c.moved || rec.in_progress {
-            continue;
-        }
-        let (crepo, ctag) = split_tagged(&c.target)?;
-        let now = reg.manifest_digest(&crepo.at_tag(&ctag)).await?;
-        if now != c.patched_digest {
-            check.problems.push(format!(
-                "companion {} points at {}, not at {}",
-                c.target,
-                now.as_deref().unwrap_or("nothing"),
-                c.patched_digest.as_deref().unwrap_or("?")
-            ));
-        }
-    }
-    Ok(check)
+    out
 }
 
 pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
-    let spec = Checks {
-        requested: super::load_patches(g).map_err(|e| anyhow!(e))?,
-        known: runner_patch::patches::catalogue(g.patches_dir.as_deref())
-            .map_err(|e| anyhow!(e))?,
+    let checks = Checks {
+        requested: super::load_patches(g)?,
+        known: runner_patch::patch::catalogue::catalogue(g.patches_dir.as_deref())?,
         layers: Default::default(),
     };
-    if a.references.is_empty() && a.manifest.is_none() {
-        bail!("give references to check, or --manifest PATH");
+    if a.references.is_empty() && a.digest_map.is_none() {
+        bail!("give references to check, or --digest-map PATH");
     }
-    let map = a
-        .manifest
-        .as_deref()
-        .map(DigestMap::read)
-        .transpose()
-        .map_err(|e| anyhow!(e))?;
+    let map = a.digest_map.as_deref().map(DigestMap::read).transpose()?;
     let mut repos = Vec::new();
     for r in &a.references {
-        repos.push(Repo::parse_reference(r).map_err(|e| anyhow!(e))?.0);
+        repos.push(Repo::parse_reference(r).map_err(anyhow::Error::msg)?.0);
     }
     if let Some(m) = &map {
-        repos.extend(m.repos().map_err(|e| anyhow!(e))?);
+        repos.extend(m.repos()?);
     }
     let rt = super::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
-        let mut checks = Vec::new();
-        let mut skipped = Vec::new();
-        if let Some(m) = &map {
-            for rec in &m.images {
-                match rec.outcome.as_str() {
-                    "patched" => {
-                        checks.push(check_record(&reg, &spec, rec, !a.no_provenance).await?)
-                    }
-                    "already-patched" => {
-                        // What the tag served (the patched image), by tag so that its
-                        // companions are checked too.
-                        let mut c =
-                            check_reference(&reg, &spec, &rec.target, !a.no_provenance).await?;
-                        let expect = rec
-                            .patched_digest
-                            .as_deref()
-                            .unwrap_or(&rec.original_digest);
-                        if c.digest != expect {
-                            c.problems.push(format!(
-                                "{} points at {}, not at {expect}",
-                                rec.target, c.digest
-                            ));
-                        }
-                        checks.push(c);
-                    }
-                    other => skipped.push(format!("{} ({other})", rec.source)),
-                }
-            }
-        }
-        for r in &a.references {
-            checks.push(check_reference(&reg, &spec, r, !a.no_provenance).await?);
-        }
+        let (checks, skipped) = check_all(&reg, &checks, map.as_ref(), a).await?;
         let ok = checks.iter().all(ImageCheck::ok);
         crate::summary::verify(ok, &serde_json::to_value(&checks)?, &skipped);
         if a.json {
@@ -322,29 +103,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
             )?)?;
         } else {
             for c in &checks {
-                let mut out = format!("{} {}", if c.ok() { "ok  " } else { "FAIL" }, c.reference);
-                for p in &c.problems {
-                    out.push_str(&format!("\n  - {p}"));
-                }
-                for p in &c.platforms {
-                    out.push_str(&format!(
-                        "\n  {} {:<16} {}",
-                        if p.problems.is_empty() {
-                            "ok  "
-                        } else {
-                            "FAIL"
-                        },
-                        p.platform,
-                        p.file.as_deref().unwrap_or("")
-                    ));
-                    for x in &p.made_from {
-                        out.push_str(&format!("\n      made from {x}"));
-                    }
-                    for x in &p.problems {
-                        out.push_str(&format!("\n      - {x}"));
-                    }
-                }
-                crate::output::print(&out)?;
+                crate::output::print(&text(c))?;
             }
             for s in &skipped {
                 crate::output::print(&format!("skip {s}"))?;

@@ -1,10 +1,11 @@
 use super::*;
+use crate::patch::outcome::Outcome;
 
-fn rec(outcome: &str, original: &str, patched: Option<&str>) -> ImageRecord {
+fn rec(outcome: Outcome, original: &str, patched: Option<&str>) -> ImageRecord {
     ImageRecord {
         source: "r/x:t".into(),
         target: "r/x:t".into(),
-        outcome: outcome.into(),
+        outcome,
         original_digest: original.into(),
         patched_digest: patched.map(Into::into),
         media_type: String::new(),
@@ -28,35 +29,38 @@ fn rec(outcome: &str, original: &str, patched: Option<&str>) -> ImageRecord {
 #[test]
 fn a_rerun_never_replaces_an_original() {
     // Killed between the tag and its companion: then a re-run finds it already patched.
-    let mut first = rec("patched", "orig", Some("new"));
+    let mut first = rec(Outcome::Patched, "orig", Some("new"));
     first.in_progress = true;
     let mut images = vec![first];
-    let mut again = rec("already-patched", "new", Some("new"));
+    let mut again = rec(Outcome::AlreadyPatched, "new", Some("new"));
     again.companions[0].original_digest = "c-orig".into();
     again.companions[0].moved = true;
     merge(&mut images, again);
     assert_eq!(images.len(), 1);
     assert_eq!(images[0].original_digest, "orig");
-    assert_eq!(images[0].outcome, "patched");
+    assert_eq!(images[0].outcome, Outcome::Patched);
     assert!(!images[0].in_progress);
     assert!(images[0].companions[0].moved);
     assert_eq!(images[0].companions[0].original_digest, "c-orig");
     // And a third run changes nothing of it.
-    merge(&mut images, rec("already-patched", "new", Some("new")));
+    merge(
+        &mut images,
+        rec(Outcome::AlreadyPatched, "new", Some("new")),
+    );
     assert_eq!(images[0].original_digest, "orig");
     assert!(images[0].companions[0].moved);
 }
 
 #[test]
 fn the_same_work_further_along_replaces_and_a_moved_tag_is_kept_apart() {
-    let mut first = rec("patched", "orig", Some("new"));
+    let mut first = rec(Outcome::Patched, "orig", Some("new"));
     first.in_progress = true;
     let mut images = vec![first];
-    merge(&mut images, rec("patched", "orig", Some("new")));
+    merge(&mut images, rec(Outcome::Patched, "orig", Some("new")));
     assert_eq!(images.len(), 1);
     assert!(!images[0].in_progress);
     // Someone pushed another image to the tag; the earlier record stays for rollback.
-    merge(&mut images, rec("patched", "other", Some("new2")));
+    merge(&mut images, rec(Outcome::Patched, "other", Some("new2")));
     assert_eq!(images.len(), 2);
     assert_eq!(images[0].original_digest, "orig");
     assert_eq!(images[1].original_digest, "other");
@@ -65,29 +69,40 @@ fn the_same_work_further_along_replaces_and_a_moved_tag_is_kept_apart() {
 #[test]
 fn recorder_refuses_bad_paths_before_any_work() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = Recorder::open(dir.path(), "p").err().expect("a directory");
+    let e = Recorder::open(dir.path(), "p")
+        .err()
+        .expect("a directory")
+        .to_string();
     assert!(e.contains("is a directory"), "{e}");
     let e = Recorder::open(&dir.path().join("no/such/map.json"), "p")
         .err()
-        .expect("missing folder");
+        .expect("missing folder")
+        .to_string();
     assert!(e.contains("does not exist"), "{e}");
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, b"not json").expect("write");
-    let e = Recorder::open(&bad, "p").err().expect("unreadable map");
+    let e = Recorder::open(&bad, "p")
+        .err()
+        .expect("unreadable map")
+        .to_string();
     assert!(e.contains("not valid"), "{e}");
     let path = dir.path().join("map.json");
     let r = Recorder::open(&path, "p").expect("open");
     assert!(!path.exists(), "opening writes nothing");
-    r.record(rec("patched", "orig", Some("new")))
+    r.record(rec(Outcome::Patched, "orig", Some("new")))
         .expect("record");
     let back = DigestMap::read(&path).expect("read");
     assert_eq!(back.images.len(), 1);
     let e = Recorder::open(&path, "p")
         .err()
-        .expect("a second run on the same map");
+        .expect("a second run on the same map")
+        .to_string();
     assert!(e.contains("another runner-patch run"), "{e}");
     drop(r);
-    let e = Recorder::open(&path, "other").err().expect("other patch");
+    let e = Recorder::open(&path, "other")
+        .err()
+        .expect("other patch")
+        .to_string();
     assert!(e.contains("records patch"), "{e}");
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .expect("ls")

@@ -1,36 +1,38 @@
-//! An unpacked tree (a rootfs from `umoci unpack`, or any folder holding a package) as an
-//! [`ImageView`], and the writing of a verdict's changes into it: what `patch-dir` uses to
+//! An unpacked tree (a rootfs from `umoci unpack`, or any folder holding a package) as a
+//! [`Tree`], and the writing of a verdict's changes into it: what `patch-dir` uses to
 //! check a patch on real files without a registry, and to compare with GNU `patch -p1`.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{Change, ImageView};
+use crate::patch::error::{Error, ErrorKind};
+use crate::patch::tree::{is_dist_metadata, version_py, Tree};
+use crate::patch::verdict::Change;
 use crate::scan::{EntryKind, FileEntry};
 
 /// Every path under a root, read once.
-pub struct DirView {
+pub struct DirTree {
     root: PathBuf,
     /// Relative path -> is a directory.
     paths: BTreeMap<String, bool>,
 }
 
-impl DirView {
+impl DirTree {
     /// Lists the tree once; links are listed, never followed.
-    pub fn open(root: &Path) -> Result<Self, String> {
-        let meta =
-            std::fs::metadata(root).map_err(|e| format!("cannot read {}: {e}", root.display()))?;
+    pub fn open(root: &Path) -> Result<Self, Error> {
+        let meta = std::fs::metadata(root)
+            .map_err(|e| io(format!("cannot read {}: {e}", root.display())))?;
         if !meta.is_dir() {
-            return Err(format!("{} is not a directory", root.display()));
+            return Err(io(format!("{} is not a directory", root.display())));
         }
         let mut paths = BTreeMap::new();
         let mut stack = vec![(root.to_path_buf(), String::new())];
         while let Some((dir, rel)) = stack.pop() {
             let rd = std::fs::read_dir(&dir)
-                .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+                .map_err(|e| io(format!("cannot read {}: {e}", dir.display())))?;
             for entry in rd {
-                let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+                let entry = entry.map_err(|e| io(format!("cannot read {}: {e}", dir.display())))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let r = if rel.is_empty() {
                     name
@@ -44,7 +46,7 @@ impl DirView {
                 paths.insert(r, is_dir);
             }
         }
-        Ok(DirView {
+        Ok(DirTree {
             root: root.to_path_buf(),
             paths,
         })
@@ -55,7 +57,7 @@ impl DirView {
     }
 }
 
-impl ImageView for DirView {
+impl Tree for DirTree {
     fn find(&self, suffix: &str) -> Vec<String> {
         self.paths
             .iter()
@@ -64,17 +66,17 @@ impl ImageView for DirView {
             .collect()
     }
 
-    fn file(&self, path: &str) -> Result<Option<FileEntry>, String> {
+    fn file(&self, path: &str) -> Result<Option<FileEntry>, Error> {
         let abs = self.abs(path);
         let meta = match std::fs::symlink_metadata(&abs) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", abs.display())),
+            Err(e) => return Err(io(format!("cannot read {}: {e}", abs.display()))),
         };
         let ft = meta.file_type();
         let (kind, content) = if ft.is_file() {
-            let c =
-                std::fs::read(&abs).map_err(|e| format!("cannot read {}: {e}", abs.display()))?;
+            let c = std::fs::read(&abs)
+                .map_err(|e| io(format!("cannot read {}: {e}", abs.display())))?;
             (EntryKind::Regular, c)
         } else if ft.is_symlink() {
             let to = std::fs::read_link(&abs)
@@ -120,8 +122,8 @@ impl ImageView for DirView {
         let meta = self
             .paths
             .keys()
-            .find(|p| super::is_dist_metadata(root, package, p));
-        [meta.cloned(), Some(super::version_py(root, package))]
+            .find(|p| is_dist_metadata(root, package, p));
+        [meta.cloned(), Some(version_py(root, package))]
             .into_iter()
             .flatten()
             .find_map(|p| {
@@ -137,29 +139,33 @@ impl ImageView for DirView {
 
 /// Writes changes into the tree at `root`: file contents (a replaced file keeps its mode, a
 /// created one gets the entry's mode, parents created), whiteouts as removals.
-pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), String> {
+pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), Error> {
     for c in changes {
         let abs = root.join(c.path());
         match c {
             Change::Write(e) => {
                 if let Some(parent) = abs.parent() {
                     std::fs::create_dir_all(parent)
-                        .map_err(|err| format!("cannot create {}: {err}", parent.display()))?;
+                        .map_err(|err| io(format!("cannot create {}: {err}", parent.display())))?;
                 }
                 let existed = abs.exists();
                 std::fs::write(&abs, e.content.as_slice())
-                    .map_err(|err| format!("cannot write {}: {err}", abs.display()))?;
+                    .map_err(|err| io(format!("cannot write {}: {err}", abs.display())))?;
                 if !existed {
                     std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(e.mode))
-                        .map_err(|err| format!("cannot chmod {}: {err}", abs.display()))?;
+                        .map_err(|err| io(format!("cannot chmod {}: {err}", abs.display())))?;
                 }
             }
             Change::Whiteout(_) => match std::fs::remove_file(&abs) {
                 Ok(()) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => return Err(format!("cannot remove {}: {err}", abs.display())),
+                Err(err) => return Err(io(format!("cannot remove {}: {err}", abs.display()))),
             },
         }
     }
     Ok(())
+}
+
+fn io(message: String) -> Error {
+    Error::new(ErrorKind::Io, message)
 }

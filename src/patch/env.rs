@@ -7,7 +7,12 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Meta, PatchKind, Verdict};
+use crate::patch::error::Error;
+use crate::patch::kind::{Description, Patch, PatchKind};
+use crate::patch::kinds::Source;
+use crate::patch::meta::{at_line, toml_error, Common, Meta};
+use crate::patch::tree::Tree;
+use crate::patch::verdict::Verdict;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,25 +48,37 @@ pub struct EnvPatch {
     pub unset: Vec<String>,
 }
 
+/// Loads and checks an `env` patch.toml; a bad `[env]` names its line.
+pub fn load(src: &Source<'_>) -> Result<Patch, Error> {
+    EnvPatch::load(src).map(Patch::new)
+}
+
 impl EnvPatch {
-    /// Loads and checks an `env` patch.toml; a bad `[env]` names its line.
-    pub fn load(text: &str, origin: &str) -> Result<Self, String> {
-        let t: EnvToml = toml::from_str(text).map_err(|e| super::toml_error(origin, text, &e))?;
-        let mtime = t.mtime.unwrap_or_else(|| super::DEFAULT_MTIME.to_owned());
-        super::check_common(origin, text, &t.id, &t.services, &t.backends, &mtime)?;
+    fn load(src: &Source<'_>) -> Result<Self, Error> {
+        let (text, origin) = (src.text, src.origin);
+        let t: EnvToml = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+        let mut meta = Common {
+            text,
+            origin,
+            id: &t.id,
+            kind: "env",
+            title: t.title,
+            services: t.services,
+            backends: t.backends,
+            package: t.package,
+            affected: t.affected,
+            mtime: t.mtime,
+        }
+        .into_meta()?;
+        meta.definition_digest = src.definition_digest(&[]);
         let at = t.env.span().start;
         let env = t.env.into_inner();
         if env.set.is_empty() && env.unset.is_empty() {
-            return Err(super::at_line(
-                origin,
-                text,
-                at,
-                "[env] sets and unsets nothing",
-            ));
+            return Err(at_line(origin, text, at, "[env] sets and unsets nothing"));
         }
         for name in env.set.keys().chain(&env.unset) {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
-                return Err(super::at_line(
+                return Err(at_line(
                     origin,
                     text,
                     at,
@@ -70,7 +87,7 @@ impl EnvPatch {
             }
         }
         if let Some(both) = env.unset.iter().find(|n| env.set.contains_key(*n)) {
-            return Err(super::at_line(
+            return Err(at_line(
                 origin,
                 text,
                 at,
@@ -78,18 +95,7 @@ impl EnvPatch {
             ));
         }
         Ok(EnvPatch {
-            meta: Meta {
-                id: t.id.get_ref().clone(),
-                kind: super::Kind::Env,
-                title: t.title,
-                services: t.services,
-                backends: t.backends,
-                package: t.package,
-                affected: t.affected,
-                mtime,
-                origin: origin.to_owned(),
-                definition_digest: String::new(),
-            },
+            meta,
             set: env.set,
             unset: env.unset,
         })
@@ -178,22 +184,39 @@ impl PatchKind for EnvPatch {
         Vec::new()
     }
 
-    fn decide(&self, image: &dyn super::ImageView) -> Verdict {
-        let Some(config) = image.config() else {
-            return Verdict::Refused {
-                reason: "an env patch edits the image config, and there is none here".to_owned(),
-            };
+    fn decide(&self, tree: &dyn Tree) -> Verdict {
+        let Some(config) = tree.config() else {
+            return Verdict::refused("an env patch edits the image config, and there is none here");
         };
         match self.edit_config(config) {
-            Ok(Some(new)) => Verdict::Patched {
-                changes: Vec::new(),
-                config: Some(new),
-                notes: vec![format!("config Env edited by {}", self.meta.id)],
-            },
-            Ok(None) => Verdict::AlreadyPatched {
-                reason: format!("config Env already carries patch {}", self.meta.id),
-            },
-            Err(reason) => Verdict::Refused { reason },
+            Ok(Some(new)) => Verdict::patched(
+                Vec::new(),
+                Some(new),
+                vec![format!("config Env edited by {}", self.meta.id)],
+            ),
+            Ok(None) => Verdict::already_patched(format!(
+                "config Env already carries patch {}",
+                self.meta.id
+            )),
+            Err(reason) => Verdict::refused(reason),
+        }
+    }
+
+    fn adds_layer(&self) -> bool {
+        false
+    }
+
+    fn edit_config(&self, config: &Value) -> Result<Option<Value>, String> {
+        EnvPatch::edit_config(self, config)
+    }
+
+    fn describe(&self) -> Description {
+        let mut what: Vec<String> = self.set.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        what.extend(self.unset.iter().map(|n| format!("-{n}")));
+        let fields = json!({"set": self.set, "unset": self.unset});
+        Description {
+            fields: fields.as_object().cloned().unwrap_or_default(),
+            lines: vec![("kind", "env".to_owned()), ("env", what.join(" "))],
         }
     }
 }
@@ -202,8 +225,17 @@ impl PatchKind for EnvPatch {
 mod tests {
     use super::*;
 
+    fn load(text: &str, origin: &str) -> Result<EnvPatch, String> {
+        EnvPatch::load(&Source {
+            text,
+            origin,
+            folder: None,
+        })
+        .map_err(|e| e.to_string())
+    }
+
     fn patch() -> EnvPatch {
-        EnvPatch::load(
+        load(
             "id = \"nccl-env\"\nkind = \"env\"\ntitle = \"NCCL settings\"\n[env]\nset = { NCCL_P2P_DISABLE = \"1\", PATH = \"/opt/bin:/usr/bin\" }\nunset = [\"OLD\"]\n",
             "nccl-env/patch.toml",
         )
@@ -265,7 +297,7 @@ mod tests {
 
     #[test]
     fn bad_env_sections_name_their_line() {
-        let e = EnvPatch::load(
+        let e = load(
             "id = \"e\"\nkind = \"env\"\ntitle = \"t\"\n[env]\nset = { A = \"1\" }\nunset = [\"A\"]\n",
             "e/patch.toml",
         )
@@ -274,13 +306,13 @@ mod tests {
             e.starts_with("e/patch.toml:4: [env]: A is both set and unset"),
             "{e}"
         );
-        let e = EnvPatch::load(
+        let e = load(
             "id = \"e\"\nkind = \"env\"\ntitle = \"t\"\n[env]\nset = { A = 1 }\n",
             "e/patch.toml",
         )
         .expect_err("not a string");
         assert!(e.starts_with("e/patch.toml:5: "), "{e}");
-        let e = EnvPatch::load(
+        let e = load(
             "id = \"e\"\nkind = \"env\"\ntitle = \"t\"\nshape = 1\n[env]\nset = { A = \"1\" }\n",
             "e/patch.toml",
         )

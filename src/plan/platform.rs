@@ -1,48 +1,16 @@
 //! One platform of an image: each patch decides in turn on what the ones before it left, one
-//! layer per file patch, then the new config and manifest.
+//! layer per patch that writes files, then the new config and manifest.
 
-use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::{FileChange, NewImage, PatchStep, PlatformPlan, Run};
 use crate::image;
 use crate::layer::{self, NewLayer};
-use crate::media::{self, Document};
-use crate::patch::{Change, ImageView, Outcome, Patch, Verdict};
+use crate::media::{self, Descriptor, Document, Family};
+use crate::patch::{bytecode, tree, Change, Outcome, Patch, Tree, Verdict};
+use crate::plan::types::{Error, FileChange, NewImage, PatchStep, PlatformPlan, Run};
 use crate::registry::Repo;
 use crate::rewrite;
-use crate::view::{ScanView, Search};
-
-fn refused(platform: String, original: Document, reason: String) -> PlatformPlan {
-    PlatformPlan {
-        platform,
-        original,
-        outcome: Outcome::Refused,
-        reason,
-        file: None,
-        version: None,
-        shape: None,
-        layers_scanned: 0,
-        bytes_scanned: 0,
-        new: None,
-        patches: Vec::new(),
-        recorded_original: None,
-    }
-}
-
-/// A patched file's whiteouts for its compiled bytecode, wherever it lies below: the names
-/// the scan saw and every name the interpreter could use ([`layer::bytecode_whiteouts`]).
-fn with_bytecode_whiteouts(changes: &[Change]) -> Vec<Change> {
-    let mut out = changes.to_vec();
-    for c in changes {
-        for w in layer::bytecode_whiteouts(c.path()) {
-            if !out.iter().any(|o| o.path() == w) {
-                out.push(Change::Whiteout(w));
-            }
-        }
-    }
-    out
-}
+use crate::visible::{Search, Visible};
 
 /// The platform name of a single-manifest tag, from its config.
 fn platform_from_config(config: &Value) -> String {
@@ -60,191 +28,110 @@ fn platform_from_config(config: &Value) -> String {
     }
 }
 
+/// The platform's manifest as read: family, config descriptor and bytes, layers.
+struct Original {
+    repo: Repo,
+    tag: String,
+    manifest: Document,
+    family: Family,
+    config_desc: Descriptor,
+    config: Vec<u8>,
+    layers: Vec<Descriptor>,
+}
+
+/// What the patches of one platform have built so far, each on top of the last.
+struct Stack {
+    config: Vec<u8>,
+    manifest: Document,
+    layers: Vec<NewLayer>,
+    file: Option<String>,
+    version: Option<String>,
+    shape: Option<String>,
+}
+
 /// Plans one platform manifest: scans for what the patches read, lets each patch decide in
-/// turn on the view the previous ones left, and builds one layer per file patch (a config
-/// edit for an `env` patch), then the new config and manifest.
-pub(super) async fn plan_platform(
+/// turn on the tree the previous ones left, and builds one layer per patch that writes files
+/// (a config edit for one that edits the config), then the new config and manifest.
+pub(crate) async fn plan_platform(
     run: &Run,
     repo: &Repo,
     tag: &str,
     platform: String,
     manifest: Document,
-) -> Result<PlatformPlan> {
-    let reg = &run.reg;
+) -> Result<PlatformPlan, Error> {
     let what = format!("{repo}@{}", manifest.digest);
     let image::Manifest {
         family,
-        config: cfg_desc,
+        config: config_desc,
         layers,
-    } = image::Manifest::parse(&manifest, &what).map_err(|e| anyhow!(e))?;
-    let config = reg
-        .blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
+    } = image::Manifest::parse(&manifest, &what).map_err(Error::Image)?;
+    let config = run
+        .reg
+        .blob_get_small(repo, &config_desc, media::CONFIG_MAX_BYTES)
         .await?;
-    let config_json: Value = serde_json::from_slice(&config)
-        .with_context(|| format!("config {} of {what} is not JSON", cfg_desc.digest))?;
+    let config_json: Value = serde_json::from_slice(&config).map_err(|e| {
+        Error::Image(format!(
+            "config {} of {what} is not JSON: {e}",
+            config_desc.digest
+        ))
+    })?;
     let platform = if platform.is_empty() {
         platform_from_config(&config_json)
     } else {
         platform
     };
-
-    let chosen: Vec<&Patch> = run
+    let chosen = run
         .patches
         .iter()
-        .filter(|p| crate::tags::excludes(p, tag).is_none())
-        .collect();
+        .filter(|p| crate::tags::excludes(p, tag).is_none());
     let search = Search::of(chosen);
     let label = format!("{tag} {platform}");
     let descent = run
         .layers
-        .scan_down(reg, repo, &layers, &search, 1, &label)
+        .scan_down(&run.reg, repo, &layers, &search, 1, &label)
         .await?;
     if let Some(why) = &descent.refusal {
-        let mut p = refused(platform, manifest, why.clone());
+        let mut p = PlatformPlan::refused(platform, manifest, why.clone());
         p.layers_scanned = descent.layers_scanned;
         p.bytes_scanned = descent.bytes_scanned;
         return Ok(p);
     }
-
-    let mut view = ScanView::new(&descent, config_json);
+    let original = Original {
+        repo: repo.clone(),
+        tag: tag.to_owned(),
+        manifest,
+        family,
+        config_desc,
+        config,
+        layers,
+    };
+    let mut tree = Visible::new(&descent, config_json);
+    let mut stack = Stack {
+        config: original.config.clone(),
+        manifest: original.manifest.clone(),
+        layers: Vec::new(),
+        file: None,
+        version: None,
+        shape: None,
+    };
     let mut steps = Vec::new();
-    let mut new_layers: Vec<NewLayer> = Vec::new();
-    let mut cur_config = config.clone();
-    let mut cur_manifest = manifest.clone();
-    let mut file: Option<String> = None;
-    let mut version: Option<String> = None;
-    let mut shape: Option<String> = None;
     for patch in &run.patches {
-        let meta = patch.meta();
-        let mut step = PatchStep {
-            id: meta.id.clone(),
-            title: meta.title.clone(),
-            definition_digest: meta.definition_digest.clone(),
-            outcome: Outcome::NotAffected,
-            reason: String::new(),
-            layer: None,
-            files: Vec::new(),
-        };
-        if let Some(why) = crate::tags::excludes(patch, tag) {
-            step.reason = why;
-            steps.push(step);
-            continue;
-        }
-        if let Patch::Shapes(s) = patch {
-            // The file the built-in kind is about, for the report and the map.
-            if let Some(path) = view.find(&s.spec.target).first() {
-                file.get_or_insert_with(|| format!("/{path}"));
-                if version.is_none() {
-                    let root = path
-                        .strip_suffix(&s.spec.target)
-                        .unwrap_or("")
-                        .trim_end_matches('/');
-                    version = view.package_version(root, &s.spec.package);
-                }
-            }
-        }
-        if let (None, Some(pkg)) = (&version, &meta.package) {
-            // A diff patch's package: its version where its `__init__.py` is.
-            let init = format!("{pkg}/__init__.py");
-            if let Some(path) = view.find(&init).first() {
-                let root = path.strip_suffix(&init).unwrap_or("").trim_end_matches('/');
-                version = view.package_version(root, pkg);
-            }
-        }
-        let verdict = patch.decide(&view);
-        step.outcome = verdict.outcome();
-        match verdict {
-            Verdict::Patched {
-                changes,
-                config: edited,
-                notes,
-            } => {
-                let hidden = changes
-                    .iter()
-                    .filter(|c| matches!(c, Change::Whiteout(_)))
-                    .count();
-                let mut reason = notes.join("; ");
-                if let Some(s) = notes
-                    .first()
-                    .and_then(|n| n.split_once(": shape "))
-                    .and_then(|(_, r)| r.strip_suffix(" patched"))
-                {
-                    shape.get_or_insert_with(|| s.to_owned());
-                    if hidden > 0 {
-                        reason.push_str(&format!(", {hidden} stale .pyc hidden"));
-                    }
-                }
-                for c in &changes {
-                    let before = view
-                        .file(c.path())
-                        .ok()
-                        .flatten()
-                        .map(|e| crate::digest::sha256(&e.content));
-                    let after = match c {
-                        Change::Write(e) => Some(crate::digest::sha256(&e.content)),
-                        Change::Whiteout(_) => None,
-                    };
-                    if before.is_some() || after.is_some() {
-                        step.files.push(FileChange {
-                            path: format!("/{}", c.path()),
-                            before,
-                            after,
-                        });
-                    }
-                }
-                if let Some(first) = step.files.first() {
-                    file.get_or_insert_with(|| first.path.clone());
-                }
-                if !changes.is_empty() {
-                    let mtime = layer::parse_rfc3339(&meta.mtime).map_err(|e| anyhow!(e))?;
-                    let new_layer = layer::build_changes(
-                        &with_bytecode_whiteouts(&changes),
-                        mtime,
-                        family.layer_gzip(),
-                    )
-                    .with_context(|| format!("building the layer of {} for {what}", meta.id))?;
-                    let base_layers = layers.len() + new_layers.len();
-                    cur_config = rewrite::config_append(
-                        &cur_config,
-                        &cfg_desc.digest,
-                        &manifest.digest,
-                        &new_layer.diff_id,
-                        &meta.id,
-                        &meta.mtime,
-                        &meta.title,
-                        base_layers,
-                    )
-                    .map_err(|e| anyhow!(e))?;
-                    cur_manifest = rewrite::manifest_append(
-                        &cur_manifest,
-                        "",
-                        0,
-                        &new_layer.media_type,
-                        &new_layer.digest,
-                        new_layer.bytes.len() as u64,
-                    )
-                    .map_err(|e| anyhow!(e))?;
-                    step.layer = Some(new_layers.len());
-                    new_layers.push(new_layer);
-                }
-                if let Some(c) = edited {
-                    // The edit was made on the view's config, which is the current one.
-                    cur_config =
-                        rewrite::config_labelled(c, &cfg_desc.digest, &manifest.digest, &meta.id)
-                            .map_err(|e| anyhow!(e))?;
-                }
-                // The next patch decides on what this one left (its config included).
-                let now: Value = serde_json::from_slice(&cur_config)?;
-                view.apply(&changes, Some(&now));
-                step.reason = reason;
-            }
-            Verdict::AlreadyPatched { reason }
-            | Verdict::NotAffected { reason }
-            | Verdict::Refused { reason } => step.reason = reason,
-        }
-        steps.push(step);
+        steps.push(stack.decide(patch, &original, &mut tree)?);
     }
+    let mut plan = platform_plan(platform, &original, steps, &stack);
+    plan.layers_scanned = descent.layers_scanned;
+    plan.bytes_scanned = descent.bytes_scanned;
+    finish(&mut plan, &original, stack)?;
+    Ok(plan)
+}
 
+/// The platform's outcome and reason from its patches' steps.
+fn platform_plan(
+    platform: String,
+    original: &Original,
+    steps: Vec<PatchStep>,
+    stack: &Stack,
+) -> PlatformPlan {
     let refusal = steps.iter().find(|s| s.outcome == Outcome::Refused);
     let outcome = match refusal {
         Some(_) => Outcome::Refused,
@@ -264,39 +151,197 @@ pub(super) async fn plan_platform(
             .collect::<Vec<_>>()
             .join("; "),
     };
-    let mut plan = PlatformPlan {
-        platform,
-        original: manifest.clone(),
+    PlatformPlan {
         outcome,
         reason,
-        file,
-        version,
-        shape,
-        layers_scanned: descent.layers_scanned,
-        bytes_scanned: descent.bytes_scanned,
-        new: None,
+        file: stack.file.clone(),
+        version: stack.version.clone(),
+        shape: stack.shape.clone(),
         patches: steps,
-        recorded_original: None,
-    };
-    match outcome {
+        ..PlatformPlan::refused(platform, original.manifest.clone(), String::new())
+    }
+}
+
+/// The new config and manifest of a patched platform, or the original a patched one names.
+fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<(), Error> {
+    match plan.outcome {
         Outcome::Patched => {
-            let config_digest = crate::digest::sha256(&cur_config);
-            let new_manifest = rewrite::manifest_set_config(
-                &cur_manifest,
+            let config_digest = crate::digest::sha256(&stack.config);
+            let base = format!("{}:{}", original.repo, original.tag);
+            let manifest = rewrite::manifest_set_config(
+                &stack.manifest,
                 &config_digest,
-                cur_config.len() as u64,
+                stack.config.len() as u64,
             )
-            .and_then(|m| rewrite::annotate_base(&m, &format!("{repo}:{tag}"), &manifest.digest))
-            .map_err(|e| anyhow!(e))?;
+            .and_then(|m| rewrite::annotate_base(&m, &base, &original.manifest.digest))
+            .map_err(Error::Build)?;
             plan.new = Some(NewImage {
-                layers: new_layers,
-                config: cur_config,
+                layers: stack.layers,
+                config: stack.config,
                 config_digest,
-                manifest: new_manifest,
+                manifest,
             });
         }
-        Outcome::AlreadyPatched => plan.recorded_original = rewrite::recorded_original(&config),
+        Outcome::AlreadyPatched => {
+            plan.recorded_original = rewrite::recorded_original(&original.config)
+        }
         _ => {}
     }
-    Ok(plan)
+    Ok(())
+}
+
+impl Stack {
+    /// Lets one patch decide on the tree as the patches before it left it, and stacks what it
+    /// changes.
+    fn decide(
+        &mut self,
+        patch: &Patch,
+        original: &Original,
+        tree: &mut Visible<'_>,
+    ) -> Result<PatchStep, Error> {
+        let meta = patch.meta();
+        let mut step = PatchStep {
+            id: meta.id.clone(),
+            title: meta.title.clone(),
+            definition_digest: meta.definition_digest.clone(),
+            outcome: Outcome::NotAffected,
+            reason: String::new(),
+            layer: None,
+            files: Vec::new(),
+        };
+        if let Some(why) = crate::tags::excludes(patch, &original.tag) {
+            step.reason = why;
+            return Ok(step);
+        }
+        let verdict = patch.decide(tree);
+        if let Some(f) = &verdict.about.file {
+            self.file.get_or_insert_with(|| f.clone());
+        }
+        if self.version.is_none() {
+            self.version = verdict.about.version.clone();
+        }
+        if let (None, Some(pkg)) = (&self.version, &meta.package) {
+            self.version = tree::package_version_at_init(tree, pkg);
+        }
+        step.outcome = verdict.outcome;
+        step.reason = verdict.reason.clone();
+        if verdict.outcome == Outcome::Patched {
+            self.apply(patch, verdict, original, tree, &mut step)?;
+        }
+        Ok(step)
+    }
+
+    /// Stacks a patched verdict: its layer (if it writes files), its config edit, and what it
+    /// changed for the record; the tree then shows it to the next patch.
+    fn apply(
+        &mut self,
+        patch: &Patch,
+        verdict: Verdict,
+        original: &Original,
+        tree: &mut Visible<'_>,
+        step: &mut PatchStep,
+    ) -> Result<(), Error> {
+        let hidden = verdict
+            .changes
+            .iter()
+            .filter(|c| matches!(c, Change::Whiteout(_)))
+            .count();
+        if let Some(s) = &verdict.about.shape {
+            self.shape.get_or_insert_with(|| s.clone());
+            if hidden > 0 {
+                step.reason
+                    .push_str(&format!(", {hidden} stale .pyc hidden"));
+            }
+        }
+        step.files = file_changes(&verdict.changes, tree);
+        if let Some(first) = step.files.first() {
+            self.file.get_or_insert_with(|| first.path.clone());
+        }
+        if !verdict.changes.is_empty() {
+            self.append_layer(patch, &verdict.changes, original)?;
+            step.layer = Some(self.layers.len() - 1);
+        }
+        if let Some(c) = verdict.config {
+            // The edit was made on the tree's config, which is the current one.
+            let id = &patch.meta().id;
+            self.config = rewrite::config_labelled(
+                c,
+                &original.config_desc.digest,
+                &original.manifest.digest,
+                id,
+            )
+            .map_err(Error::Build)?;
+        }
+        // The next patch decides on what this one left (its config included).
+        let now: Value = serde_json::from_slice(&self.config)
+            .map_err(|e| Error::Build(format!("the new config is not JSON: {e}")))?;
+        tree.apply(&verdict.changes, Some(&now));
+        Ok(())
+    }
+
+    /// Builds the layer of one patch's changes (with bytecode whiteouts) and appends it to
+    /// the config and manifest being stacked.
+    fn append_layer(
+        &mut self,
+        patch: &Patch,
+        changes: &[Change],
+        original: &Original,
+    ) -> Result<(), Error> {
+        let meta = patch.meta();
+        let what = format!("{}@{}", original.repo, original.manifest.digest);
+        let new_layer = layer::build_changes(
+            &bytecode::with_whiteouts(changes),
+            meta.mtime_secs,
+            original.family.layer_gzip(),
+        )
+        .map_err(|e| Error::Build(format!("building the layer of {} for {what}: {e}", meta.id)))?;
+        let base_layers = original.layers.len() + self.layers.len();
+        self.config = rewrite::config_append(
+            &self.config,
+            &original.config_desc.digest,
+            &original.manifest.digest,
+            &new_layer.diff_id,
+            &meta.id,
+            &meta.mtime,
+            &meta.title,
+            base_layers,
+        )
+        .map_err(Error::Build)?;
+        self.manifest = rewrite::manifest_append(
+            &self.manifest,
+            "",
+            0,
+            &new_layer.media_type,
+            &new_layer.digest,
+            new_layer.bytes.len() as u64,
+        )
+        .map_err(Error::Build)?;
+        self.layers.push(new_layer);
+        Ok(())
+    }
+}
+
+/// Each path a patch writes or hides, with the sha256 of what the tree showed before and of
+/// what it writes.
+fn file_changes(changes: &[Change], tree: &Visible<'_>) -> Vec<FileChange> {
+    let mut out = Vec::new();
+    for c in changes {
+        let before = tree
+            .file(c.path())
+            .ok()
+            .flatten()
+            .map(|e| crate::digest::sha256(&e.content));
+        let after = match c {
+            Change::Write(e) => Some(crate::digest::sha256(&e.content)),
+            Change::Whiteout(_) => None,
+        };
+        if before.is_some() || after.is_some() {
+            out.push(FileChange {
+                path: format!("/{}", c.path()),
+                before,
+                after,
+            });
+        }
+    }
+    out
 }

@@ -1,20 +1,17 @@
 //! Attaching statements: the OCI 1.1 artifact, the referrers API or the referrers tag schema,
 //! and copying what is attached to a source image along with it.
 
-use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
 
-use super::*;
 use crate::media::{Descriptor, Document, OCI_INDEX};
+use crate::provenance::error::Error;
+use crate::provenance::statement::{
+    referrers_tag, Attached, Attachment, ARTIFACT_TYPE, EMPTY, EMPTY_DIGEST, PREDICATE_ANNOTATION,
+    PREDICATE_TYPE,
+};
 use crate::registry::{Registry, Repo};
 
-/// What attaching one artifact did.
-#[derive(Debug, Clone)]
-pub struct Attached {
-    pub via: &'static str,
-    /// False when the artifact was already listed (nothing written).
-    pub pushed: bool,
-}
+type Result<T> = std::result::Result<T, Error>;
 
 /// The referrers of `digest` in `repo`: from the referrers API where the registry has one, else
 /// from the referrers tag schema; descriptors as listed.
@@ -47,11 +44,11 @@ async fn referrers_index(reg: &Registry, repo: &Repo, digest: &str) -> Result<Op
     }
     let doc = reg.manifest_get(&r).await?;
     if doc.media_type != OCI_INDEX {
-        return Err(anyhow!(
+        return Err(Error::Invalid(format!(
             "{repo}:{} is {}, not the OCI index the referrers tag schema uses; refusing to overwrite it",
             referrers_tag(digest),
             doc.media_type
-        ));
+        )));
     }
     Ok(Some(doc))
 }
@@ -104,7 +101,7 @@ pub async fn attach(reg: &Registry, repo: &Repo, a: &Attachment) -> Result<Attac
     let list = index
         .get_mut("manifests")
         .and_then(Value::as_array_mut)
-        .ok_or_else(|| anyhow!("{repo}:{tag} has no manifests list"))?;
+        .ok_or_else(|| Error::Invalid(format!("{repo}:{tag} has no manifests list")))?;
     if !list
         .iter()
         .any(|d| d.get("digest").and_then(Value::as_str) == Some(a.manifest.digest.as_str()))
@@ -120,7 +117,7 @@ pub async fn attach(reg: &Registry, repo: &Repo, a: &Attachment) -> Result<Attac
 }
 
 /// Whether a referrer descriptor is a provenance statement of the kind this tool attaches.
-pub(super) fn is_provenance(d: &Value) -> bool {
+pub(crate) fn is_provenance(d: &Value) -> bool {
     d.get("artifactType").and_then(Value::as_str) == Some(ARTIFACT_TYPE)
         && d.get("annotations")
             .and_then(|a| a.get(PREDICATE_ANNOTATION))
@@ -146,13 +143,16 @@ pub async fn copy_attached(
             continue;
         }
         let desc = Descriptor::from_json(&d, &format!("referrers of {}", subject.digest))
-            .map_err(|e| anyhow!(e))?;
+            .map_err(Error::Invalid)?;
         let manifest = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
-        let layer = manifest.json["layers"]
-            .get(0)
-            .ok_or_else(|| anyhow!("provenance {} in {source} has no layer", desc.digest))?;
+        let layer = manifest.json["layers"].get(0).ok_or_else(|| {
+            Error::Invalid(format!(
+                "provenance {} in {source} has no layer",
+                desc.digest
+            ))
+        })?;
         let ldesc = Descriptor::from_json(layer, &format!("provenance {} layers[0]", desc.digest))
-            .map_err(|e| anyhow!(e))?;
+            .map_err(Error::Invalid)?;
         let statement = reg.blob_get_small(source, &ldesc, 4 * 1024 * 1024).await?;
         let a = Attachment {
             platform: String::new(),

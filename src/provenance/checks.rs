@@ -1,32 +1,39 @@
 //! `verify`'s checks of a statement against the image it describes, each naming the field.
 
-use anyhow::{anyhow, Result};
 use serde_json::Value;
 
-use super::artifact::is_provenance;
-use super::*;
 use crate::media::{Descriptor, Document};
+use crate::patch::Seen;
+use crate::provenance::artifact::{is_provenance, referrers};
+use crate::provenance::error::Error;
+use crate::provenance::statement::{ARTIFACT_TYPE, PREDICATE_TYPE, STATEMENT_TYPE};
 use crate::registry::{Registry, Repo};
 
-/// What `verify` knows of a platform independently of the statement: the file path and the
-/// sha256 of the original and patched copies it read.
+/// What the provenance check found: disagreements, and per statement where the image came from
+/// (`REPO@ORIGINAL + patch ID`), for people reading `verify`.
 #[derive(Debug, Clone, Default)]
-pub struct Seen {
-    /// The patch that writes `file`: a statement of other patches (stacked in a later run)
-    /// does not name it.
-    pub by: Option<String>,
-    pub file: Option<String>,
-    pub original_file: Option<String>,
-    pub patched_file: Option<String>,
+pub struct Checked {
+    pub problems: Vec<String>,
+    pub origins: Vec<String>,
 }
 
-pub(super) fn find_named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+/// What a statement is checked against: the manifest, its layers and config, the original a
+/// digest map recorded, and what `verify` read of the file.
+struct Facts<'a> {
+    manifest: &'a Document,
+    layers: Vec<Descriptor>,
+    config: Option<String>,
+    original: Option<&'a str>,
+    seen: &'a Seen,
+}
+
+pub(crate) fn find_named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?
         .iter()
         .find(|r| r.get("name").and_then(Value::as_str) == Some(name))
 }
 
-pub(super) fn sha_of(r: Option<&Value>) -> Option<String> {
+pub(crate) fn sha_of(r: Option<&Value>) -> Option<String> {
     r?.get("digest")?
         .get("sha256")?
         .as_str()
@@ -45,16 +52,15 @@ pub async fn check(
     original: Option<&str>,
     recorded: Option<&str>,
     seen: &Seen,
-) -> Result<Checked> {
-    let mut problems = Vec::new();
-    let mut origins = Vec::new();
+) -> Result<Checked, Error> {
+    let mut out = Checked::default();
     let (listed, _) = referrers(reg, repo, &manifest.digest).await?;
     if let Some(r) = recorded {
         if !listed
             .iter()
             .any(|d| d.get("digest").and_then(Value::as_str) == Some(r))
         {
-            problems.push(format!(
+            out.problems.push(format!(
                 "provenance: the artifact {r} recorded in the digest map is not attached to {}",
                 manifest.digest
             ));
@@ -62,181 +68,235 @@ pub async fn check(
     }
     let ours: Vec<&Value> = listed.iter().filter(|d| is_provenance(d)).collect();
     if ours.is_empty() {
-        problems.push(format!(
+        out.problems.push(format!(
             "provenance: no statement is attached to {} (no {PREDICATE_TYPE} referrer)",
             manifest.digest
         ));
-        return Ok(Checked { problems, origins });
+        return Ok(out);
     }
-    let layers: Vec<Descriptor> = manifest
-        .json
-        .get("layers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|l| Descriptor::from_json(l, "layer").ok())
-        .collect();
-    let config = manifest
-        .json
-        .get("config")
-        .and_then(|c| c.get("digest"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let facts = Facts {
+        manifest,
+        layers: manifest
+            .json
+            .get("layers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|l| Descriptor::from_json(l, "layer").ok())
+            .collect(),
+        config: manifest.json["config"]["digest"]
+            .as_str()
+            .map(str::to_owned),
+        original,
+        seen,
+    };
     for d in ours {
-        let desc = match Descriptor::from_json(d, &format!("referrers of {}", manifest.digest)) {
-            Ok(desc) => desc,
-            Err(e) => {
-                problems.push(format!("provenance: statement missing: {e}"));
-                continue;
-            }
-        };
-        let at = format!("provenance {}", desc.digest);
-        let art = match reg.manifest_get(&repo.at_digest(&desc.digest)).await {
-            Ok(a) => a,
-            Err(e) => {
-                problems.push(format!("{at}: statement missing: {e}"));
-                continue;
-            }
-        };
-        let subject = art.json["subject"]["digest"].as_str().unwrap_or("none");
-        if subject != manifest.digest {
-            problems.push(format!(
-                "{at}: artifact subject digest is {subject}, not the manifest's {}",
-                manifest.digest
-            ));
-        }
-        let Some(layer) = art.json["layers"].as_array().and_then(|l| {
-            l.iter()
-                .find(|x| x.get("mediaType").and_then(Value::as_str) == Some(ARTIFACT_TYPE))
-        }) else {
-            problems.push(format!(
-                "{at}: statement missing (no {ARTIFACT_TYPE} layer)"
-            ));
+        let Some((at, desc, st)) = fetch(reg, repo, manifest, d, &mut out.problems).await? else {
             continue;
         };
-        let ldesc =
-            Descriptor::from_json(layer, &format!("{at} layers")).map_err(|e| anyhow!(e))?;
-        let bytes = match reg.blob_get_small(repo, &ldesc, 4 * 1024 * 1024).await {
-            Ok(b) => b,
-            Err(e) => {
-                problems.push(format!("{at}: statement missing: {e:#}"));
-                continue;
-            }
-        };
-        let st: Value = match serde_json::from_slice(&bytes) {
-            Ok(v) => v,
-            Err(e) => {
-                problems.push(format!("{at}: statement is not JSON: {e}"));
-                continue;
-            }
-        };
-        for (field, want) in [("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)] {
-            if st[field].as_str() != Some(want) {
-                problems.push(format!("{at}: {field} is {}, not {want}", st[field]));
-            }
-        }
-        let subj = sha_of(st["subject"].get(0));
-        if subj.as_deref() != Some(manifest.digest.as_str()) {
-            problems.push(format!(
-                "{at}: subject digest {} is not the manifest's {}",
-                subj.as_deref().unwrap_or("none"),
-                manifest.digest
-            ));
-        }
-        let pred = &st["predicate"];
-        let deps = &pred["buildDefinition"]["resolvedDependencies"];
-        let params = &pred["buildDefinition"]["externalParameters"];
-        origins.push(format!(
-            "{}@{} + patch {} (provenance {})",
-            params["source"]
-                .as_str()
-                .and_then(|s| Repo::parse_reference(s).ok())
-                .map_or("?".to_owned(), |(r, _)| r.to_string()),
-            sha_of(find_named(deps, "manifest"))
-                .as_deref()
-                .unwrap_or("?"),
-            params["patches"][0]["id"].as_str().unwrap_or("?"),
-            desc.digest
-        ));
-        let named_original = sha_of(find_named(deps, "manifest"));
-        match (original, named_original.as_deref()) {
-            (Some(want), got) if got != Some(want) => problems.push(format!(
-                "{at}: original digest {} is not the recorded original {want}",
-                got.unwrap_or("none")
-            )),
-            (None, None) => problems.push(format!("{at}: original digest missing")),
-            (None, Some(got)) => {
-                if let Some(p) =
-                    original_mismatch(reg, &st, got, &layers, named_layers_of(pred)).await?
-                {
-                    problems.push(format!("{at}: original digest {got}: {p}"));
-                }
-            }
-            _ => {}
-        }
-        let by = &pred["runDetails"]["byproducts"];
-        // The layers the statement names (one per file patch) are the manifest's last ones.
-        let named_layers: Vec<String> = by
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b.get("name").and_then(Value::as_str) == Some("layer"))
-            .filter_map(|b| sha_of(Some(b)))
-            .collect();
-        let added: Vec<String> = layers
-            .iter()
-            .rev()
-            .take(named_layers.len())
-            .rev()
-            .map(|l| l.digest.clone())
-            .collect();
-        if named_layers != added {
-            problems.push(format!(
-                "{at}: layer digest {} is not the manifest's last layer {}",
-                named_layers.last().map_or("none", String::as_str),
-                layers.last().map_or("none", |l| l.digest.as_str())
-            ));
-        }
-        let named_config = sha_of(find_named(by, "config"));
-        if named_config != config {
-            problems.push(format!(
-                "{at}: config digest {} is not the manifest's {}",
-                named_config.as_deref().unwrap_or("none"),
-                config.as_deref().unwrap_or("none")
-            ));
-        }
-        let stated: Vec<&str> = params["patches"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["id"].as_str())
-            .collect();
-        let about_file = seen.by.as_deref().is_none_or(|b| stated.contains(&b));
-        if let (Some(file), true) = (&seen.file, about_file) {
-            for (role, list, want) in [
-                ("original file digest", deps, &seen.original_file),
-                ("patched file digest", by, &seen.patched_file),
-            ] {
-                let got = sha_of(find_named(list, file));
-                match want {
-                    Some(w) if got.as_deref() != Some(w.as_str()) => problems.push(format!(
-                        "{at}: {role} of {file} is {}, but the image's is {w}",
-                        got.as_deref().unwrap_or("none")
-                    )),
-                    _ => {}
-                }
-            }
-        }
+        out.origins.push(origin_of(&st, &desc));
+        check_statement(reg, &st, &facts, &at, &mut out.problems).await?;
     }
-    Ok(Checked { problems, origins })
+    Ok(out)
 }
 
-/// What the provenance check found: disagreements, and per statement where the image came from
-/// (`REPO@ORIGINAL + patch ID`), for people reading `verify`.
-#[derive(Debug, Clone, Default)]
-pub struct Checked {
-    pub problems: Vec<String>,
-    pub origins: Vec<String>,
+/// The artifact a referrer names and its statement (`at` names it in problems); `None` when
+/// it is missing or unreadable, which is a problem of the image, not an error of the run.
+async fn fetch(
+    reg: &Registry,
+    repo: &Repo,
+    manifest: &Document,
+    d: &Value,
+    problems: &mut Vec<String>,
+) -> Result<Option<(String, Descriptor, Value)>, Error> {
+    let desc = match Descriptor::from_json(d, &format!("referrers of {}", manifest.digest)) {
+        Ok(desc) => desc,
+        Err(e) => {
+            problems.push(format!("provenance: statement missing: {e}"));
+            return Ok(None);
+        }
+    };
+    let at = format!("provenance {}", desc.digest);
+    let art = match reg.manifest_get(&repo.at_digest(&desc.digest)).await {
+        Ok(a) => a,
+        Err(e) => {
+            problems.push(format!("{at}: statement missing: {e}"));
+            return Ok(None);
+        }
+    };
+    let subject = art.json["subject"]["digest"].as_str().unwrap_or("none");
+    if subject != manifest.digest {
+        problems.push(format!(
+            "{at}: artifact subject digest is {subject}, not the manifest's {}",
+            manifest.digest
+        ));
+    }
+    let Some(layer) = art.json["layers"].as_array().and_then(|l| {
+        l.iter()
+            .find(|x| x.get("mediaType").and_then(Value::as_str) == Some(ARTIFACT_TYPE))
+    }) else {
+        problems.push(format!(
+            "{at}: statement missing (no {ARTIFACT_TYPE} layer)"
+        ));
+        return Ok(None);
+    };
+    let ldesc = Descriptor::from_json(layer, &format!("{at} layers")).map_err(Error::Invalid)?;
+    let bytes = match reg.blob_get_small(repo, &ldesc, 4 * 1024 * 1024).await {
+        Ok(b) => b,
+        Err(e) => {
+            problems.push(format!("{at}: statement missing: {e:#}"));
+            return Ok(None);
+        }
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(v) => Ok(Some((at, desc, v))),
+        Err(e) => {
+            problems.push(format!("{at}: statement is not JSON: {e}"));
+            Ok(None)
+        }
+    }
+}
+
+/// Where a statement says the image came from: `REPO@ORIGINAL + patch ID (provenance D)`.
+fn origin_of(st: &Value, desc: &Descriptor) -> String {
+    let pred = &st["predicate"];
+    let deps = &pred["buildDefinition"]["resolvedDependencies"];
+    let params = &pred["buildDefinition"]["externalParameters"];
+    format!(
+        "{}@{} + patch {} (provenance {})",
+        params["source"]
+            .as_str()
+            .and_then(|s| Repo::parse_reference(s).ok())
+            .map_or("?".to_owned(), |(r, _)| r.to_string()),
+        sha_of(find_named(deps, "manifest"))
+            .as_deref()
+            .unwrap_or("?"),
+        params["patches"][0]["id"].as_str().unwrap_or("?"),
+        desc.digest
+    )
+}
+
+/// Every check of one statement against the facts.
+async fn check_statement(
+    reg: &Registry,
+    st: &Value,
+    facts: &Facts<'_>,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Result<(), Error> {
+    let digest = &facts.manifest.digest;
+    for (field, want) in [("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)] {
+        if st[field].as_str() != Some(want) {
+            problems.push(format!("{at}: {field} is {}, not {want}", st[field]));
+        }
+    }
+    let subj = sha_of(st["subject"].get(0));
+    if subj.as_deref() != Some(digest.as_str()) {
+        problems.push(format!(
+            "{at}: subject digest {} is not the manifest's {digest}",
+            subj.as_deref().unwrap_or("none"),
+        ));
+    }
+    check_original(reg, st, facts, at, problems).await?;
+    check_byproducts(st, facts, at, problems);
+    check_files(st, facts.seen, at, problems);
+    Ok(())
+}
+
+/// The original the statement names: the recorded one, or (without a map) an image that is
+/// this one without its patch layers.
+async fn check_original(
+    reg: &Registry,
+    st: &Value,
+    facts: &Facts<'_>,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Result<(), Error> {
+    let pred = &st["predicate"];
+    let deps = &pred["buildDefinition"]["resolvedDependencies"];
+    let named_original = sha_of(find_named(deps, "manifest"));
+    match (facts.original, named_original.as_deref()) {
+        (Some(want), got) if got != Some(want) => problems.push(format!(
+            "{at}: original digest {} is not the recorded original {want}",
+            got.unwrap_or("none")
+        )),
+        (None, None) => problems.push(format!("{at}: original digest missing")),
+        (None, Some(got)) => {
+            let added = named_layers_of(pred);
+            if let Some(p) = original_mismatch(reg, st, got, &facts.layers, added).await? {
+                problems.push(format!("{at}: original digest {got}: {p}"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The layers the statement names (one per file patch) are the manifest's last ones, and its
+/// config is the manifest's.
+fn check_byproducts(st: &Value, facts: &Facts<'_>, at: &str, problems: &mut Vec<String>) {
+    let by = &st["predicate"]["runDetails"]["byproducts"];
+    let layers = &facts.layers;
+    let named_layers: Vec<String> = by
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("name").and_then(Value::as_str) == Some("layer"))
+        .filter_map(|b| sha_of(Some(b)))
+        .collect();
+    let added: Vec<String> = layers
+        .iter()
+        .rev()
+        .take(named_layers.len())
+        .rev()
+        .map(|l| l.digest.clone())
+        .collect();
+    if named_layers != added {
+        problems.push(format!(
+            "{at}: layer digest {} is not the manifest's last layer {}",
+            named_layers.last().map_or("none", String::as_str),
+            layers.last().map_or("none", |l| l.digest.as_str())
+        ));
+    }
+    let named_config = sha_of(find_named(by, "config"));
+    if named_config != facts.config {
+        problems.push(format!(
+            "{at}: config digest {} is not the manifest's {}",
+            named_config.as_deref().unwrap_or("none"),
+            facts.config.as_deref().unwrap_or("none")
+        ));
+    }
+}
+
+/// The file digests the statement names agree with what `verify` read (when the statement is
+/// about the patch that wrote the file).
+fn check_files(st: &Value, seen: &Seen, at: &str, problems: &mut Vec<String>) {
+    let pred = &st["predicate"];
+    let deps = &pred["buildDefinition"]["resolvedDependencies"];
+    let by = &pred["runDetails"]["byproducts"];
+    let stated: Vec<&str> = pred["buildDefinition"]["externalParameters"]["patches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    let about_file = seen.by.as_deref().is_none_or(|b| stated.contains(&b));
+    let (Some(file), true) = (&seen.file, about_file) else {
+        return;
+    };
+    for (role, list, want) in [
+        ("original file digest", deps, &seen.original_file),
+        ("patched file digest", by, &seen.patched_file),
+    ] {
+        let got = sha_of(find_named(list, file));
+        match want {
+            Some(w) if got.as_deref() != Some(w.as_str()) => problems.push(format!(
+                "{at}: {role} of {file} is {}, but the image's is {w}",
+                got.as_deref().unwrap_or("none")
+            )),
+            _ => {}
+        }
+    }
 }
 
 /// How many layers a predicate says the patches appended.
@@ -254,7 +314,7 @@ async fn original_mismatch(
     original: &str,
     layers: &[Descriptor],
     added: usize,
-) -> Result<Option<String>> {
+) -> Result<Option<String>, Error> {
     let Some(source) = st["predicate"]["buildDefinition"]["externalParameters"]["source"].as_str()
     else {
         return Ok(Some("the statement names no source".into()));

@@ -1,29 +1,14 @@
 //! The source image's own signatures (cosign tags, referrers): reported, never moved.
 
-use anyhow::Result;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::*;
+use crate::digest_map::SignatureRecord;
 use crate::media::Descriptor;
+use crate::plan::ImagePlan;
+use crate::provenance::artifact::referrers;
+use crate::provenance::error::Error;
+use crate::provenance::statement::referrers_tag;
 use crate::registry::{Registry, Repo};
-
-/// A signature or attestation of the source image: it covers the original digest, not the
-/// patched one, and is never moved or copied.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct SignatureRecord {
-    /// `cosign-signature` (`.sig` tag), `cosign-attestation` (`.att` tag) or `referrer`.
-    pub kind: String,
-    /// Where it is: a tag (`REPO:sha256-<hex>.sig`) or a digest (`REPO@sha256:...`).
-    pub reference: String,
-    pub digest: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifact_type: Option<String>,
-    /// The digest it signs: an original, which stays in the registry.
-    pub covers: String,
-    /// The patched digest that replaced it, which it does not cover.
-    pub not_covering: Option<String>,
-}
 
 /// Finds the signatures and attestations of each `(original, patched)` digest pair in `repo`:
 /// cosign's `.sig`/`.att` tags and referrers (API or tag schema).
@@ -31,7 +16,7 @@ pub async fn signatures(
     reg: &Registry,
     repo: &Repo,
     digests: &[(String, Option<String>)],
-) -> Result<Vec<SignatureRecord>> {
+) -> Result<Vec<SignatureRecord>, Error> {
     let mut out = Vec::new();
     for (original, patched) in digests {
         for (suffix, kind) in [("sig", "cosign-signature"), ("att", "cosign-attestation")] {

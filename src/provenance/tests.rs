@@ -1,5 +1,11 @@
+use serde_json::Value;
+
 use super::checks::{find_named, sha_of};
+use super::statement::EMPTY;
 use super::*;
+use crate::media::Document;
+use crate::plan::ImagePlan;
+use crate::registry::Repo;
 
 use crate::layer::NewLayer;
 use crate::patch::Outcome;
@@ -23,12 +29,14 @@ fn manifest(layers: &str) -> Document {
     .expect("parse")
 }
 
-fn plan() -> (ImagePlan, crate::patch::PatchSpec) {
-    let spec = crate::patches::builtin()
+fn plan() -> (ImagePlan, crate::patch::Meta) {
+    let spec = crate::patch::catalogue::builtin()
         .expect("builtin")
         .into_iter()
         .next()
-        .expect("a patch");
+        .expect("a patch")
+        .meta()
+        .clone();
     let repo = Repo::parse("127.0.0.1:5000/gpustack/runner").expect("repo");
     let original = manifest("");
     let new = manifest(&format!(

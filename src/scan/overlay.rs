@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::*;
+use super::types::*;
 
 /// A non-directory entry, as far as hiding a lower directory goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use flate2::read::MultiGzDecoder;
 
-use super::overlay::{ancestors, index_key};
-use super::*;
+use super::overlay::{ancestors, index_key, LayerScan, NodeKind};
+use super::types::*;
 use crate::media::{Compression, Descriptor};
 
 /// Errors of a layer scan; each names the layer.
@@ -75,6 +75,20 @@ impl<R: Read> Read for Metered<R> {
     }
 }
 
+/// The tar stream inside a layer's compressed bytes: gzip (every member), zstd (every frame;
+/// skippable frames, as zstd:chunked writes them, are passed over), or none. `verify` and the
+/// scan read layers through this one choice.
+pub fn decompress<'a, R: Read + 'a>(
+    raw: R,
+    compression: Compression,
+) -> io::Result<Box<dyn Read + 'a>> {
+    Ok(match compression {
+        Compression::Gzip => Box::new(MultiGzDecoder::new(raw)),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
+        Compression::None => Box::new(raw),
+    })
+}
+
 /// Scans one layer read from `raw` (its compressed bytes), independently of the layers above,
 /// so the result can be shared by every image holding the layer; [`Descent`] then lays the
 /// layers over each other. `raw` must verify the digest as it is read (as
@@ -105,23 +119,12 @@ pub fn scan_layer<R: Read>(
         kept: 0,
         counts: Counts::default(),
     };
-    match compression {
-        Compression::Gzip => {
-            let mut gz = MultiGzDecoder::new(&mut counting);
-            scan_tar(&mut gz, wanted, &mut scan, &mut keeper).map_err(err)?;
-            // The tar ends before the gzip stream does; read the rest so the CRC is checked.
-            io::copy(&mut gz, &mut io::sink()).map_err(err)?;
-        }
-        Compression::Zstd => {
-            // Decodes every frame to the end of the blob; skippable frames are passed over.
-            let mut zst = zstd::stream::read::Decoder::new(&mut counting).map_err(err)?;
-            scan_tar(&mut zst, wanted, &mut scan, &mut keeper).map_err(err)?;
-            // As for gzip: read to the end so every frame's checksum is checked.
-            io::copy(&mut zst, &mut io::sink()).map_err(err)?;
-        }
-        Compression::None => {
-            scan_tar(&mut counting, wanted, &mut scan, &mut keeper).map_err(err)?
-        }
+    {
+        let mut tar = decompress(&mut counting, compression).map_err(err)?;
+        scan_tar(&mut tar, wanted, &mut scan, &mut keeper).map_err(err)?;
+        // The tar ends before the compressed stream does: read the rest, so the gzip CRC or
+        // every zstd frame's checksum is checked.
+        io::copy(&mut tar, &mut io::sink()).map_err(err)?;
     }
     io::copy(&mut counting, &mut io::sink()).map_err(err)?;
     if counting.count != desc.size {

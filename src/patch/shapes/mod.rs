@@ -4,55 +4,30 @@
 //! implementation of the patch interface. No I/O here, so every shape decision is table-testable.
 
 use serde::Deserialize;
+use serde_json::json;
 
+mod check;
 mod spec;
 #[cfg(test)]
 mod tests;
 mod text;
 
-pub use spec::{Block, Decision, FileSpec, Guard, Outcome, PatchSpec, Shape};
+pub use spec::{Block, FileDecision, FileSpec, Guard, PatchSpec, Shape};
+
+use crate::patch::error::Error;
+use crate::patch::kind::{Description, Patch, PatchKind};
+use crate::patch::kinds::Source;
+use crate::patch::meta::{toml_error, Common, Meta};
+use crate::patch::outcome::Outcome;
+use crate::patch::tree::{Layered, Tree};
+use crate::patch::verdict::{About, Change, Checked, Verdict};
+use crate::scan::{EntryKind, FileEntry};
 
 /// The `shapes` kind behind the patch interface: the spec plus its shared fields.
 #[derive(Debug, Clone)]
 pub struct ShapesPatch {
-    pub meta: super::Meta,
+    pub meta: Meta,
     pub spec: PatchSpec,
-}
-
-impl ShapesPatch {
-    /// Loads and checks a `shapes` patch.toml: the spec plus the fields every kind shares.
-    pub fn load(text: &str, origin: &str) -> Result<Self, String> {
-        let spec = PatchSpec::parse(text, origin)?;
-        if spec.kind.as_deref().is_some_and(|k| k != "shapes") {
-            return Err(format!("{origin}: kind must be \"shapes\" here"));
-        }
-        let id: toml::Spanned<String> = toml::from_str::<IdOnly>(text)
-            .map_err(|e| super::toml_error(origin, text, &e))?
-            .id;
-        super::check_common(
-            origin,
-            text,
-            &id,
-            &spec.services,
-            &spec.backends,
-            &spec.mtime,
-        )?;
-        Ok(ShapesPatch {
-            meta: super::Meta {
-                id: spec.id.clone(),
-                kind: super::Kind::Shapes,
-                title: spec.title.clone(),
-                services: spec.services.clone(),
-                backends: spec.backends.clone(),
-                package: Some(spec.package.clone()),
-                affected: Some(spec.affected.clone()),
-                mtime: spec.mtime.clone(),
-                origin: origin.to_owned(),
-                definition_digest: String::new(),
-            },
-            spec,
-        })
-    }
 }
 
 #[derive(Deserialize)]
@@ -60,8 +35,65 @@ struct IdOnly {
     id: toml::Spanned<String>,
 }
 
-impl super::PatchKind for ShapesPatch {
-    fn meta(&self) -> &super::Meta {
+/// Loads and checks a `shapes` patch.toml: the spec plus the fields every kind shares.
+pub fn load(src: &Source<'_>) -> Result<Patch, Error> {
+    ShapesPatch::load(src).map(Patch::new)
+}
+
+impl ShapesPatch {
+    fn load(src: &Source<'_>) -> Result<Self, Error> {
+        let (text, origin) = (src.text, src.origin);
+        let spec = PatchSpec::parse(text, origin)?;
+        if spec.kind.as_deref().is_some_and(|k| k != "shapes") {
+            return Err(Error::new(
+                crate::patch::error::ErrorKind::Invalid,
+                format!("{origin}: kind must be \"shapes\" here"),
+            ));
+        }
+        let id: toml::Spanned<String> = toml::from_str::<IdOnly>(text)
+            .map_err(|e| toml_error(origin, text, &e))?
+            .id;
+        let mut meta = Common {
+            text,
+            origin,
+            id: &id,
+            kind: "shapes",
+            title: spec.title.clone(),
+            services: spec.services.clone(),
+            backends: spec.backends.clone(),
+            package: Some(spec.package.clone()),
+            affected: Some(spec.affected.clone()),
+            mtime: Some(spec.mtime.clone()),
+        }
+        .into_meta()?;
+        meta.definition_digest = src.definition_digest(&[]);
+        Ok(ShapesPatch { meta, spec })
+    }
+
+    /// Every file the patch changes (the top-level target first).
+    pub fn targets(&self) -> Vec<String> {
+        self.spec.per_file().into_iter().map(|s| s.target).collect()
+    }
+
+    /// What the image shows of the patch's (first) file, whatever is decided about it.
+    fn about(&self, tree: &dyn Tree) -> About {
+        let Some(path) = tree.find(&self.spec.target).into_iter().next() else {
+            return About::default();
+        };
+        let root = path
+            .strip_suffix(&self.spec.target)
+            .unwrap_or("")
+            .trim_end_matches('/');
+        About {
+            version: tree.package_version(root, &self.spec.package),
+            file: Some(format!("/{path}")),
+            shape: None,
+        }
+    }
+}
+
+impl PatchKind for ShapesPatch {
+    fn meta(&self) -> &Meta {
         &self.meta
     }
 
@@ -71,6 +103,10 @@ impl super::PatchKind for ShapesPatch {
 
     fn writes(&self) -> Vec<String> {
         self.targets()
+    }
+
+    fn required_in_layer(&self) -> Vec<String> {
+        vec![self.spec.target.clone()]
     }
 
     fn wanted(&self) -> Vec<String> {
@@ -83,150 +119,179 @@ impl super::PatchKind for ShapesPatch {
     /// the patch; files patched beside files already carrying it are a half-applied patch,
     /// refused as the `diff` kind refuses it; a file with the upstream fix (or predating the
     /// bug) is left as it is.
-    fn decide(&self, image: &dyn super::ImageView) -> super::Verdict {
-        use super::Verdict;
+    fn decide(&self, tree: &dyn Tree) -> Verdict {
+        let about = self.about(tree);
         let per_file = self.spec.per_file();
-        if per_file.len() == 1 {
-            return decide_one(&per_file[0], image);
-        }
-        let verdicts: Vec<Verdict> = per_file.iter().map(|s| decide_one(s, image)).collect();
-        if let Some(r) = verdicts
+        let verdicts: Vec<Verdict> = per_file
             .iter()
-            .find(|v| matches!(v, Verdict::Refused { .. }))
-        {
-            return r.clone();
-        }
-        let reasons = |pick: fn(&Verdict) -> bool| -> Vec<String> {
-            verdicts
-                .iter()
-                .filter(|v| pick(v))
-                .map(Verdict::reason)
-                .collect()
+            .map(|s| decide_one(s, &self.meta, tree))
+            .collect();
+        let shape = verdicts.iter().find_map(|v| v.about.shape.clone());
+        let v = combine(verdicts);
+        let about = About {
+            shape: shape.filter(|_| v.outcome == Outcome::Patched),
+            ..about
         };
-        let patched = reasons(|v| matches!(v, Verdict::Patched { .. }));
-        let already = reasons(|v| matches!(v, Verdict::AlreadyPatched { .. }));
-        match (patched.is_empty(), already.is_empty()) {
-            (false, false) => Verdict::Refused {
-                reason: format!(
-                    "partly applied: {} would be patched but {}; refusing to complete it by guessing",
-                    patched.join("; "),
-                    already.join("; ")
-                ),
-            },
-            (false, true) => {
-                let mut changes = Vec::new();
-                let mut notes = Vec::new();
-                for v in verdicts {
-                    if let Verdict::Patched { changes: c, notes: n, .. } = v {
-                        changes.extend(c);
-                        notes.extend(n);
-                    }
-                }
-                Verdict::Patched {
-                    changes,
-                    config: None,
-                    notes,
-                }
-            }
-            (true, false) => Verdict::AlreadyPatched {
-                reason: already.join("; "),
-            },
-            (true, true) => Verdict::NotAffected {
-                reason: reasons(|_| true).join("; "),
-            },
+        v.about(about)
+    }
+
+    fn check(&self, image: &dyn Layered) -> Checked {
+        let mut checked = Checked::default();
+        for one in self.spec.per_file() {
+            check::shape_seen(image, &one, &mut checked);
+        }
+        checked
+    }
+
+    fn describe(&self) -> Description {
+        let s = &self.spec;
+        let mut lines = vec![
+            ("target", format!("**/{}", s.target)),
+            ("affected", self.meta.affected_text()),
+            (
+                "shapes",
+                s.shapes
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        ];
+        for g in &s.guards {
+            lines.push(("guard", format!("**/{} ({})", g.target, g.class)));
+        }
+        let fields = json!({
+            "target": s.target,
+            "shapes": s.shapes.iter().map(|x| x.name.clone()).collect::<Vec<_>>(),
+            "guards": s.guards.iter().map(|x| x.target.clone()).collect::<Vec<_>>(),
+        });
+        Description {
+            fields: fields.as_object().cloned().unwrap_or_default(),
+            lines,
         }
     }
 }
 
-impl ShapesPatch {
-    /// Every file the patch changes (the top-level target first).
-    pub fn targets(&self) -> Vec<String> {
-        self.spec.per_file().into_iter().map(|s| s.target).collect()
+/// Several files' verdicts as the patch's: one file's as it is; else a refusal of any, a
+/// half-applied patch refused, all patched together, all already patched, or not affected.
+fn combine(mut verdicts: Vec<Verdict>) -> Verdict {
+    if verdicts.len() == 1 {
+        return verdicts.remove(0);
+    }
+    if let Some(r) = verdicts.iter().find(|v| v.outcome == Outcome::Refused) {
+        return r.clone();
+    }
+    let reasons = |pick: Option<Outcome>| -> Vec<String> {
+        verdicts
+            .iter()
+            .filter(|v| pick.is_none_or(|o| v.outcome == o))
+            .map(Verdict::summary)
+            .collect()
+    };
+    let patched = reasons(Some(Outcome::Patched));
+    let already = reasons(Some(Outcome::AlreadyPatched));
+    match (patched.is_empty(), already.is_empty()) {
+        (false, false) => Verdict::refused(format!(
+            "partly applied: {} would be patched but {}; refusing to complete it by guessing",
+            patched.join("; "),
+            already.join("; ")
+        )),
+        (false, true) => {
+            let mut changes = Vec::new();
+            let mut notes = Vec::new();
+            for v in verdicts {
+                changes.extend(v.changes);
+                notes.extend(v.notes);
+            }
+            Verdict::patched(changes, None, notes)
+        }
+        (true, false) => Verdict::already_patched(already.join("; ")),
+        (true, true) => Verdict::not_affected(reasons(None).join("; ")),
     }
 }
 
-/// The decision for one file, the same the registry path makes: exactly one visible target, no
-/// links, the shape engine on its bytes, then the guards; the write keeps the original header.
-fn decide_one(spec: &PatchSpec, image: &dyn super::ImageView) -> super::Verdict {
-    use super::{Change, Verdict};
-    let refused = |reason: String| Verdict::Refused { reason };
-    let paths = image.find(&spec.target);
-    let path = match paths.as_slice() {
-        [] => return refused(image.explain_missing(&spec.target)),
-        [one] => one.clone(),
+/// The one visible copy of `target`, or why there is not exactly one.
+fn only_copy(target: &str, tree: &dyn Tree) -> Result<String, String> {
+    let paths = tree.find(target);
+    match paths.as_slice() {
+        [] => Err(tree.explain_missing(target)),
+        [one] => Ok(one.clone()),
         many => {
             // A few are named: a hostile layer may hold thousands.
             let more = match many.len() {
                 n if n > 3 => format!(", and {} more", n - 3),
                 _ => String::new(),
             };
-            return refused(format!(
+            Err(format!(
                 "{} copies of the target (/{}{more}); refusing to guess which one runs",
                 many.len(),
                 many[..many.len().min(3)].join(", /")
-            ));
+            ))
         }
-    };
-    let entry = match image.file(&path) {
+    }
+}
+
+/// The entry at `path`, which must be a regular file (links are refused, not followed).
+fn regular_file(path: &str, tree: &dyn Tree) -> Result<FileEntry, String> {
+    let entry = match tree.file(path) {
         Ok(Some(e)) => e,
-        Ok(None) => return refused(format!("/{path} disappeared while reading")),
-        Err(e) => return refused(e),
+        Ok(None) => return Err(format!("/{path} disappeared while reading")),
+        Err(e) => return Err(e.to_string()),
     };
     let file = format!("/{path}");
     match &entry.kind {
-        crate::scan::EntryKind::Regular => {}
-        crate::scan::EntryKind::Symlink(to) => {
-            return refused(format!(
-                "{file} is a symbolic link to {to:?}; links are refused, not followed"
-            ))
-        }
-        crate::scan::EntryKind::Hardlink(to) => {
-            return refused(format!(
-                "{file} is a hard link to {to:?}; links are refused, not followed"
-            ))
-        }
-        crate::scan::EntryKind::Other(k) => {
-            return refused(format!("{file} is a {k} entry, not a regular file"))
-        }
+        EntryKind::Regular => Ok(entry),
+        EntryKind::Symlink(to) => Err(format!(
+            "{file} is a symbolic link to {to:?}; links are refused, not followed"
+        )),
+        EntryKind::Hardlink(to) => Err(format!(
+            "{file} is a hard link to {to:?}; links are refused, not followed"
+        )),
+        EntryKind::Other(k) => Err(format!("{file} is a {k} entry, not a regular file")),
     }
-    match spec.decide(&entry.content) {
-        Decision::AlreadyPatched => Verdict::AlreadyPatched {
-            reason: format!("{file} already carries patch {}", spec.id),
-        },
-        Decision::NotAffected { reason } => Verdict::NotAffected {
-            reason: format!("{file}: {reason}"),
-        },
-        Decision::Refused { reason } => refused(format!("{file}: {reason}")),
-        Decision::Patched { shape, bytes } => {
-            for guard in &spec.guards {
-                for gpath in image.find(&guard.target) {
-                    if let Ok(Some(g)) = image.file(&gpath) {
-                        if let Some(why) = spec.check_guard(guard, &g.content) {
-                            return refused(format!("/{gpath}: {why}"));
-                        }
-                    }
+}
+
+/// The decision for one file, the same the registry path makes: exactly one visible target, no
+/// links, the shape engine on its bytes, then the guards; the write keeps the original header.
+fn decide_one(spec: &PatchSpec, meta: &Meta, tree: &dyn Tree) -> Verdict {
+    let path = match only_copy(&spec.target, tree) {
+        Ok(p) => p,
+        Err(why) => return Verdict::refused(why),
+    };
+    let entry = match regular_file(&path, tree) {
+        Ok(e) => e,
+        Err(why) => return Verdict::refused(why),
+    };
+    let file = format!("/{path}");
+    let d = spec.decide(&entry.content);
+    let Some((shape, bytes)) = d.patched else {
+        return match d.outcome {
+            Outcome::AlreadyPatched => {
+                Verdict::already_patched(format!("{file} already carries patch {}", spec.id))
+            }
+            Outcome::NotAffected => Verdict::not_affected(format!("{file}: {}", d.reason)),
+            _ => Verdict::refused(format!("{file}: {}", d.reason)),
+        };
+    };
+    for guard in &spec.guards {
+        for gpath in tree.find(&guard.target) {
+            if let Ok(Some(g)) = tree.file(&gpath) {
+                if let Some(why) = spec.check_guard(guard, &g.content) {
+                    return Verdict::refused(format!("/{gpath}: {why}"));
                 }
             }
-            let mtime = match crate::layer::parse_rfc3339(&spec.mtime) {
-                Ok(t) => crate::layer::new_mtime(t, &entry),
-                Err(e) => return refused(format!("mtime: {e}")),
-            };
-            let mut changes = vec![Change::Write(crate::scan::FileEntry {
-                content: std::sync::Arc::new(bytes),
-                mtime,
-                ..entry
-            })];
-            changes.extend(
-                image
-                    .stale_bytecode(&path)
-                    .into_iter()
-                    .map(Change::Whiteout),
-            );
-            Verdict::Patched {
-                changes,
-                config: None,
-                notes: vec![format!("{file}: shape {shape} patched")],
-            }
         }
     }
+    let mtime = meta.mtime_replacing(&entry);
+    let mut changes = vec![Change::Write(FileEntry {
+        content: std::sync::Arc::new(bytes),
+        mtime,
+        ..entry
+    })];
+    changes.extend(tree.stale_bytecode(&path).into_iter().map(Change::Whiteout));
+    let notes = vec![format!("{file}: shape {shape} patched")];
+    Verdict::patched(changes, None, notes).about(About {
+        shape: Some(shape),
+        ..About::default()
+    })
 }

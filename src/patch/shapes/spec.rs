@@ -1,11 +1,12 @@
 //! The `shapes` spec as `patch.toml` holds it, and the pure decision on one file's bytes.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Deserialize;
 
-use super::text::{Template, TextFile};
+use super::text::{indent_of, Template, TextFile};
+use crate::patch::error::{Error, ErrorKind};
+use crate::patch::outcome::Outcome;
 use crate::version::VersionRange;
 
 /// One patch, as written in its `patch.toml`.
@@ -44,9 +45,6 @@ pub struct PatchSpec {
     /// marker and shapes; decided together with the top-level one.
     #[serde(default, rename = "file")]
     pub files: Vec<FileSpec>,
-    /// sha256 of the `patch.toml` text this spec was read from, named in provenance statements.
-    #[serde(skip)]
-    pub definition_digest: String,
 }
 
 /// A block of lines whose `${name}` placeholders take one of the listed alternatives.
@@ -95,87 +93,86 @@ pub struct Guard {
     pub message: String,
 }
 
-/// What the patch engine decided for one file.
+/// What the shapes engine decided for one file's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    Patched { shape: String, bytes: Vec<u8> },
-    AlreadyPatched,
-    NotAffected { reason: String },
-    Refused { reason: String },
+pub struct FileDecision {
+    pub outcome: Outcome,
+    /// Why, for every outcome but `patched` and `already-patched`.
+    pub reason: String,
+    /// The shape that matched and the patched bytes, when patched.
+    pub patched: Option<(String, Vec<u8>)>,
 }
 
-impl Decision {
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Decision::Patched { .. } => Outcome::Patched,
-            Decision::AlreadyPatched => Outcome::AlreadyPatched,
-            Decision::NotAffected { .. } => Outcome::NotAffected,
-            Decision::Refused { .. } => Outcome::Refused,
+impl FileDecision {
+    fn patched(shape: String, bytes: Vec<u8>) -> Self {
+        FileDecision {
+            outcome: Outcome::Patched,
+            reason: String::new(),
+            patched: Some((shape, bytes)),
         }
     }
-}
 
-/// The four outcomes of the digest map, ordered from "nothing to do" to "stop".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    NotAffected,
-    AlreadyPatched,
-    Patched,
-    Refused,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::NotAffected => "not-affected",
-            Outcome::AlreadyPatched => "already-patched",
-            Outcome::Patched => "patched",
-            Outcome::Refused => "refused",
+    fn already() -> Self {
+        FileDecision {
+            outcome: Outcome::AlreadyPatched,
+            reason: String::new(),
+            patched: None,
         }
     }
-}
 
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+    fn not_affected(reason: String) -> Self {
+        FileDecision {
+            outcome: Outcome::NotAffected,
+            reason,
+            patched: None,
+        }
+    }
+
+    fn refused(reason: String) -> Self {
+        FileDecision {
+            outcome: Outcome::Refused,
+            reason,
+            patched: None,
+        }
     }
 }
 
 impl PatchSpec {
     /// Parses and validates a spec, so that a broken patch folder fails at load, not mid-run.
-    pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
-        let mut spec: PatchSpec =
-            toml::from_str(text).map_err(|e| crate::patch::toml_error(origin, text, &e))?;
-        spec.definition_digest = crate::digest::sha256(text.as_bytes());
+    pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
+        let spec: PatchSpec =
+            toml::from_str(text).map_err(|e| crate::patch::meta::toml_error(origin, text, &e))?;
+        let invalid = |m: String| Error::new(ErrorKind::Invalid, m);
         if spec.shapes.is_empty() {
-            return Err(format!("patch spec {origin} has no [[shape]]"));
+            return Err(invalid(format!("patch spec {origin} has no [[shape]]")));
         }
         if !spec.target.ends_with(".py") && !spec.target.contains('/') {
-            return Err(format!("patch spec {origin}: target must be a path suffix"));
+            return Err(invalid(format!(
+                "patch spec {origin}: target must be a path suffix"
+            )));
         }
-        crate::layer::parse_rfc3339(&spec.mtime)
-            .map_err(|e| format!("patch spec {origin}: mtime: {e}"))?;
+        crate::patch::meta::parse_rfc3339(&spec.mtime)
+            .map_err(|e| invalid(format!("patch spec {origin}: mtime: {e}")))?;
         let per_file = spec.per_file();
         for (i, one) in per_file.iter().enumerate() {
             if one.shapes.is_empty() {
-                return Err(format!(
+                return Err(invalid(format!(
                     "patch spec {origin}: [[file]] {} has no [[file.shape]]",
                     one.target
-                ));
+                )));
             }
             if per_file[..i].iter().any(|o| o.target == one.target) {
-                return Err(format!(
+                return Err(invalid(format!(
                     "patch spec {origin}: target {} is named twice",
                     one.target
-                ));
+                )));
             }
             for shape in &one.shapes {
                 if !shape.replace.contains(&one.marker) && !shape.replace.contains("${marker}") {
-                    return Err(format!(
+                    return Err(invalid(format!(
                         "patch spec {origin}: shape {} does not write the marker",
                         shape.name
-                    ));
+                    )));
                 }
             }
         }
@@ -210,25 +207,23 @@ impl PatchSpec {
     }
 
     /// Decides what to do with one file.
-    pub fn decide(&self, bytes: &[u8]) -> Decision {
+    pub fn decide(&self, bytes: &[u8]) -> FileDecision {
         let text = match TextFile::parse(bytes) {
             Ok(t) => t,
-            Err(reason) => return Decision::Refused { reason },
+            Err(reason) => return FileDecision::refused(reason),
         };
         // Already ours: the marker and an intact replacement block.
         if text.lines.iter().any(|l| l.contains(&self.marker)) {
             for shape in &self.shapes {
                 let tmpl = Template::new(&shape.replace, &shape.vars, &self.marker);
                 if !tmpl.find_all(&text.lines).is_empty() {
-                    return Decision::AlreadyPatched;
+                    return FileDecision::already();
                 }
             }
-            return Decision::Refused {
-                reason: format!(
-                    "file carries the marker of patch {} but its patched block was altered",
-                    self.id
-                ),
-            };
+            return FileDecision::refused(format!(
+                "file carries the marker of patch {} but its patched block was altered",
+                self.id
+            ));
         }
         let mut hits = Vec::new();
         for shape in &self.shapes {
@@ -245,54 +240,49 @@ impl PatchSpec {
                 let mut lines: Vec<String> = text.lines[..m.start].to_vec();
                 lines.extend(new_lines);
                 lines.extend_from_slice(&text.lines[m.start + m.len..]);
-                Decision::Patched {
-                    shape: shape.name.clone(),
-                    bytes: text.render(&lines),
-                }
+                FileDecision::patched(shape.name.clone(), text.render(&lines))
             }
-            0 => {
-                for fixed in &self.fixed {
-                    let tmpl = Template::new(&fixed.lines, &fixed.vars, &self.marker);
-                    if !tmpl.find_all(&text.lines).is_empty() {
-                        return Decision::NotAffected {
-                            reason: format!("file already has the upstream fix ({})", fixed.name),
-                        };
-                    }
-                }
-                if !self.unaffected_without.is_empty()
-                    && !self
-                        .unaffected_without
-                        .iter()
-                        .any(|s| text.lines.iter().any(|l| l.contains(s.as_str())))
-                {
-                    return Decision::NotAffected {
-                        reason: format!(
-                            "file has no {} (predates the affected code)",
-                            self.unaffected_without.join(", ")
-                        ),
-                    };
-                }
-                Decision::Refused {
-                    reason: format!(
-                        "unrecognised shape: expected exactly one block of shape {} or the upstream fix",
-                        self.shapes
-                            .iter()
-                            .map(|s| s.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" or ")
-                    ),
-                }
-            }
-            n => Decision::Refused {
-                reason: format!(
-                    "ambiguous: {n} blocks match (lines {}); refusing to guess which to patch",
-                    hits.iter()
-                        .map(|(_, m)| (m.start + 1).to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            },
+            0 => self.no_shape(&text),
+            n => FileDecision::refused(format!(
+                "ambiguous: {n} blocks match (lines {}); refusing to guess which to patch",
+                hits.iter()
+                    .map(|(_, m)| (m.start + 1).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
         }
+    }
+
+    /// No buggy shape in the file: the upstream fix, a file older than the bug, or a refusal.
+    fn no_shape(&self, text: &TextFile) -> FileDecision {
+        for fixed in &self.fixed {
+            let tmpl = Template::new(&fixed.lines, &fixed.vars, &self.marker);
+            if !tmpl.find_all(&text.lines).is_empty() {
+                return FileDecision::not_affected(format!(
+                    "file already has the upstream fix ({})",
+                    fixed.name
+                ));
+            }
+        }
+        if !self.unaffected_without.is_empty()
+            && !self
+                .unaffected_without
+                .iter()
+                .any(|s| text.lines.iter().any(|l| l.contains(s.as_str())))
+        {
+            return FileDecision::not_affected(format!(
+                "file has no {} (predates the affected code)",
+                self.unaffected_without.join(", ")
+            ));
+        }
+        FileDecision::refused(format!(
+            "unrecognised shape: expected exactly one block of shape {} or the upstream fix",
+            self.shapes
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ))
     }
 
     /// Checks a guard file; `Some(reason)` when the patch must be refused.
@@ -325,8 +315,4 @@ impl PatchSpec {
         }
         None
     }
-}
-
-pub(super) fn indent_of(line: &str) -> &str {
-    &line[..line.len() - line.trim_start().len()]
 }

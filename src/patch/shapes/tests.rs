@@ -1,21 +1,23 @@
 use super::*;
+use crate::patch::outcome::Outcome;
 
 fn spec() -> PatchSpec {
-    crate::patches::builtin()
-        .expect("builtin patches load")
-        .into_iter()
-        .find(|p| p.id == "multiconnector-observe")
-        .expect("multiconnector-observe is built in")
+    interface().spec
+}
+
+/// The patched bytes and shape, or a panic naming what was decided instead.
+fn patched(d: FileDecision) -> (Vec<u8>, String) {
+    match d.patched {
+        Some((shape, bytes)) => (bytes, shape),
+        None => panic!("expected patched, got {d:?}"),
+    }
 }
 
 const DATA: &str = "class MultiKVConnectorPromMetrics(KVConnectorPromMetrics):\n    def observe(self, transfer_stats_data, engine_idx=0):\n        for connector_id, stats_data in transfer_stats_data.items():\n            assert connector_id in self._prom_metrics, (\n                f\"{connector_id} is not contained in the list of registered connectors \"\n                f\"with Prometheus metrics support: {self._prom_metrics.keys()}\"\n            )\n            self._prom_metrics[connector_id].observe(stats_data[\"data\"], engine_idx)\n\n\nx = 1\n";
 
 #[test]
 fn patches_data_shape_and_keeps_argument_form() {
-    let d = spec().decide(DATA.as_bytes());
-    let Decision::Patched { bytes, shape } = d else {
-        panic!("expected patched, got {d:?}")
-    };
+    let (bytes, shape) = patched(spec().decide(DATA.as_bytes()));
     assert_eq!(shape, "assert-then-index");
     let out = String::from_utf8(bytes).expect("utf8");
     assert!(out.contains("            prom_metrics = self._prom_metrics.get(connector_id)\n"));
@@ -24,15 +26,16 @@ fn patches_data_shape_and_keeps_argument_form() {
     );
     assert!(!out.contains("assert connector_id"));
     assert!(out.ends_with("\n\nx = 1\n"));
-    assert_eq!(spec().decide(out.as_bytes()), Decision::AlreadyPatched);
+    assert_eq!(
+        spec().decide(out.as_bytes()).outcome,
+        Outcome::AlreadyPatched
+    );
 }
 
 #[test]
 fn plain_shape_keeps_plain_argument() {
     let src = DATA.replace("stats_data[\"data\"], engine_idx", "stats_data, engine_idx");
-    let Decision::Patched { bytes, .. } = spec().decide(src.as_bytes()) else {
-        panic!("expected patched")
-    };
+    let (bytes, _) = patched(spec().decide(src.as_bytes()));
     let out = String::from_utf8(bytes).expect("utf8");
     assert!(out.contains("prom_metrics.observe(stats_data, engine_idx)"));
     assert!(!out.contains("[\"data\"]"));
@@ -41,9 +44,7 @@ fn plain_shape_keeps_plain_argument() {
 #[test]
 fn crlf_and_bom_are_kept() {
     let src = format!("\u{FEFF}{}", DATA.replace('\n', "\r\n"));
-    let Decision::Patched { bytes, .. } = spec().decide(src.as_bytes()) else {
-        panic!("expected patched")
-    };
+    let (bytes, _) = patched(spec().decide(src.as_bytes()));
     assert!(bytes.starts_with(b"\xEF\xBB\xBF"));
     let out = String::from_utf8(bytes[3..].to_vec()).expect("utf8");
     assert_eq!(out.matches('\n').count(), out.matches("\r\n").count());
@@ -53,19 +54,13 @@ fn crlf_and_bom_are_kept() {
 #[test]
 fn refuses_mixed_endings_altered_message_and_duplicates() {
     let mixed = DATA.replacen('\n', "\r\n", 1);
-    assert!(matches!(
-        spec().decide(mixed.as_bytes()),
-        Decision::Refused { .. }
-    ));
+    assert_eq!(spec().decide(mixed.as_bytes()).outcome, Outcome::Refused);
     let altered = DATA.replace("with Prometheus metrics support", "with metrics");
-    assert!(matches!(
-        spec().decide(altered.as_bytes()),
-        Decision::Refused { .. }
-    ));
+    assert_eq!(spec().decide(altered.as_bytes()).outcome, Outcome::Refused);
     let twice = format!("{DATA}{DATA}");
     let d = spec().decide(twice.as_bytes());
     assert!(
-        matches!(&d, Decision::Refused { reason } if reason.contains("ambiguous")),
+        d.outcome == Outcome::Refused && d.reason.contains("ambiguous"),
         "{d:?}"
     );
 }
@@ -73,29 +68,21 @@ fn refuses_mixed_endings_altered_message_and_duplicates() {
 #[test]
 fn upstream_fix_and_old_files_are_not_affected() {
     let fixed = "class MultiKVConnectorPromMetrics:\n    def observe(self, d, engine_idx=0):\n        for connector_id, stats_data in d.items():\n            prom_metrics = self._prom_metrics.get(connector_id)\n            if prom_metrics is not None:\n                prom_metrics.observe(stats_data, engine_idx)\n";
-    assert!(matches!(
-        spec().decide(fixed.as_bytes()),
-        Decision::NotAffected { .. }
-    ));
+    assert_eq!(
+        spec().decide(fixed.as_bytes()).outcome,
+        Outcome::NotAffected
+    );
     let old = "class MultiConnector:\n    pass\n";
-    assert!(matches!(
-        spec().decide(old.as_bytes()),
-        Decision::NotAffected { .. }
-    ));
+    assert_eq!(spec().decide(old.as_bytes()).outcome, Outcome::NotAffected);
 }
 
 #[test]
 fn marker_with_altered_block_is_refused() {
-    let Decision::Patched { bytes, .. } = spec().decide(DATA.as_bytes()) else {
-        panic!("expected patched")
-    };
+    let (bytes, _) = patched(spec().decide(DATA.as_bytes()));
     let tampered = String::from_utf8(bytes)
         .expect("utf8")
         .replace("if prom_metrics is not None:", "if prom_metrics:");
-    assert!(matches!(
-        spec().decide(tampered.as_bytes()),
-        Decision::Refused { .. }
-    ));
+    assert_eq!(spec().decide(tampered.as_bytes()).outcome, Outcome::Refused);
 }
 
 #[test]
@@ -111,18 +98,19 @@ fn guard_refuses_overriding_subclass_only() {
 }
 
 fn interface() -> ShapesPatch {
-    let text = crate::patches::BUILTIN
-        .iter()
-        .find(|(f, _)| *f == "multiconnector-observe")
-        .map(|(_, t)| *t)
-        .expect("built in");
-    ShapesPatch::load(text, "patches/multiconnector-observe/patch.toml").expect("loads")
+    let p = crate::patch::catalogue::builtin()
+        .expect("builtin patches load")
+        .into_iter()
+        .find(|p| p.meta().id == "multiconnector-observe")
+        .expect("multiconnector-observe is built in");
+    p.downcast::<ShapesPatch>().expect("a shapes patch").clone()
 }
 
 #[test]
 fn interface_decides_as_the_engine_and_hides_bytecode() {
-    use crate::patch::testview::Mem;
-    use crate::patch::{Change, PatchKind, Verdict};
+    use crate::patch::kind::PatchKind;
+    use crate::patch::tree::mem::Mem;
+    use crate::patch::verdict::Change;
     let dir = "usr/lib/python3/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1";
     let img = Mem(
         [
@@ -140,12 +128,10 @@ fn interface_decides_as_the_engine_and_hides_bytecode() {
         .collect(),
         None,
     );
-    let Verdict::Patched { changes, .. } = interface().decide(&img) else {
-        panic!("expected patched")
-    };
-    let Decision::Patched { bytes, .. } = spec().decide(DATA.as_bytes()) else {
-        panic!("engine patches")
-    };
+    let v = interface().decide(&img);
+    assert_eq!(v.outcome, Outcome::Patched, "{v:?}");
+    let changes = v.changes;
+    let (bytes, _) = patched(spec().decide(DATA.as_bytes()));
     assert!(matches!(&changes[0], Change::Write(e) if *e.content == bytes && e.mode == 0o640));
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(
@@ -159,7 +145,7 @@ fn interface_decides_as_the_engine_and_hides_bytecode() {
         DATA.as_bytes().to_vec(),
     );
     assert!(
-        matches!(interface().decide(&two), Verdict::Refused { reason } if reason.contains("2 copies"))
+        matches!(interface().decide(&two), v if v.outcome == Outcome::Refused && v.reason.contains("2 copies"))
     );
     let mut guarded = Mem(img.0.clone(), None);
     guarded.0.insert(
@@ -167,19 +153,16 @@ fn interface_decides_as_the_engine_and_hides_bytecode() {
         b"class AscendMultiConnector(MultiConnector):\n    def observe(self, d, engine_idx=0):\n        pass\n".to_vec(),
     );
     assert!(
-        matches!(interface().decide(&guarded), Verdict::Refused { reason } if reason.contains("Ascend"))
+        matches!(interface().decide(&guarded), v if v.outcome == Outcome::Refused && v.reason.contains("Ascend"))
     );
     let empty = Mem(Default::default(), None);
-    assert!(matches!(
-        interface().decide(&empty),
-        Verdict::Refused { .. }
-    ));
+    assert_eq!(interface().decide(&empty).outcome, Outcome::Refused);
 }
 
 #[test]
 fn several_files_are_decided_together() {
-    use crate::patch::testview::Mem;
-    use crate::patch::{PatchKind, Verdict};
+    use crate::patch::kind::PatchKind;
+    use crate::patch::tree::mem::Mem;
     let toml = r##"
 id = "two"
 title = "t"
@@ -206,7 +189,14 @@ replace = """
 fix_b()
 """
 "##;
-    let p = ShapesPatch::load(toml, "two/patch.toml").expect("loads");
+    let load = |t: &str| {
+        ShapesPatch::load(&crate::patch::kinds::Source {
+            text: t,
+            origin: "two/patch.toml",
+            folder: None,
+        })
+    };
+    let p = load(toml).expect("loads");
     assert_eq!(p.targets(), ["pkg/a.py", "pkg/b.py"]);
     let view = |a: &str, b: &str| {
         Mem(
@@ -219,21 +209,19 @@ fix_b()
             None,
         )
     };
-    match p.decide(&view("bug_a()\n", "x\nbug_b()\n")) {
-        Verdict::Patched { changes, .. } => {
-            let written: Vec<&str> = changes.iter().map(|c| c.path()).collect();
-            assert_eq!(written, ["r/pkg/a.py", "r/pkg/b.py"]);
-        }
-        other => panic!("expected patched, got {other:?}"),
-    }
-    assert!(matches!(
-        p.decide(&view("# two\nfix_a()\n", "# two (b)\nfix_b()\n")),
-        Verdict::AlreadyPatched { .. }
-    ));
+    let v = p.decide(&view("bug_a()\n", "x\nbug_b()\n"));
+    assert_eq!(v.outcome, Outcome::Patched, "expected patched, got {v:?}");
+    let written: Vec<&str> = v.changes.iter().map(|c| c.path()).collect();
+    assert_eq!(written, ["r/pkg/a.py", "r/pkg/b.py"]);
+    assert_eq!(
+        p.decide(&view("# two\nfix_a()\n", "# two (b)\nfix_b()\n"))
+            .outcome,
+        Outcome::AlreadyPatched
+    );
     let half = p.decide(&view("# two\nfix_a()\n", "bug_b()\n"));
     assert!(
-        matches!(&half, Verdict::Refused { reason } if reason.starts_with("partly applied")),
+        half.outcome == Outcome::Refused && half.reason.starts_with("partly applied"),
         "{half:?}"
     );
-    assert!(ShapesPatch::load(&toml.replace("[[file.shape]]", "[[nope]]"), "t").is_err());
+    assert!(load(&toml.replace("[[file.shape]]", "[[nope]]")).is_err());
 }

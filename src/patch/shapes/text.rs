@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use super::spec::indent_of;
-
 /// A text file split into lines, remembering what must be written back as it was:
 /// a UTF-8 BOM, CRLF line endings, and whether it ends with a newline.
 pub(super) struct TextFile {
@@ -168,4 +166,9 @@ impl<'a> Template<'a> {
             })
             .collect()
     }
+}
+
+/// The leading whitespace of a line.
+pub(super) fn indent_of(line: &str) -> &str {
+    &line[..line.len() - line.trim_start().len()]
 }

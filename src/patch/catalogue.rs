@@ -1,22 +1,27 @@
-//! The patch catalogue: the specs built in from `patches/`, the folders of `--patches-dir`,
+//! The patch catalogue: the patches built in from `patches/`, the folders of `--patches-dir`,
 //! and patch folders named by path with `--patch ./my-fix`.
 
 use std::path::Path;
 
-use crate::patch::{self, Patch, PatchSpec};
+use crate::patch::error::{Error, ErrorKind};
+use crate::patch::kind::Patch;
+use crate::patch::kinds::{load, load_folder};
 
 include!(concat!(env!("OUT_DIR"), "/builtin_patches.rs"));
 
 /// Loads every patch compiled into the binary, of any kind.
-pub fn builtin_all() -> Result<Vec<Patch>, String> {
+pub fn builtin() -> Result<Vec<Patch>, Error> {
     BUILTIN
         .iter()
         .map(|(folder, text)| {
-            let p = patch::load(text, &format!("patches/{folder}/patch.toml"), None)?;
+            let p = load(text, &format!("patches/{folder}/patch.toml"), None)?;
             if p.meta().id != *folder {
-                return Err(format!(
-                    "patches/{folder}/patch.toml: id {:?} differs from its folder",
-                    p.meta().id
+                return Err(Error::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "patches/{folder}/patch.toml: id {:?} differs from its folder",
+                        p.meta().id
+                    ),
                 ));
             }
             Ok(p)
@@ -24,22 +29,14 @@ pub fn builtin_all() -> Result<Vec<Patch>, String> {
         .collect()
 }
 
-/// Loads the `shapes` specs compiled into the binary.
-pub fn builtin() -> Result<Vec<PatchSpec>, String> {
-    Ok(builtin_all()?.into_iter().filter_map(shapes_spec).collect())
-}
-
-fn shapes_spec(p: Patch) -> Option<PatchSpec> {
-    match p {
-        Patch::Shapes(s) => Some(s.spec),
-        _ => None,
-    }
-}
-
 /// Loads every `<dir>/<id>/patch.toml`, of any kind, for patches not built in.
-pub fn from_dir_all(dir: &Path) -> Result<Vec<Patch>, String> {
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read patches folder {}: {e}", dir.display()))?;
+pub fn from_dir(dir: &Path) -> Result<Vec<Patch>, Error> {
+    let rd = std::fs::read_dir(dir).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot read patches folder {}: {e}", dir.display()),
+        )
+    })?;
     let mut folders: Vec<_> = rd
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -48,20 +45,15 @@ pub fn from_dir_all(dir: &Path) -> Result<Vec<Patch>, String> {
     folders.sort();
     let patches = folders
         .iter()
-        .map(|f| patch::load_folder(f))
+        .map(|f| load_folder(f))
         .collect::<Result<Vec<_>, _>>()?;
     if patches.is_empty() {
-        return Err(format!("no <id>/patch.toml under {}", dir.display()));
+        return Err(Error::new(
+            ErrorKind::Unknown,
+            format!("no <id>/patch.toml under {}", dir.display()),
+        ));
     }
     Ok(patches)
-}
-
-/// Loads every `<dir>/<id>/patch.toml` of kind `shapes`.
-pub fn from_dir(dir: &Path) -> Result<Vec<PatchSpec>, String> {
-    Ok(from_dir_all(dir)?
-        .into_iter()
-        .filter_map(shapes_spec)
-        .collect())
 }
 
 /// Whether a `--patch` value names a folder rather than an id: it holds a path separator
@@ -71,16 +63,16 @@ pub fn is_path(value: &str) -> bool {
 }
 
 /// The catalogue ids are looked up in: `--patches-dir` when given, else the built-in one.
-pub fn catalogue(dir: Option<&Path>) -> Result<Vec<Patch>, String> {
+pub fn catalogue(dir: Option<&Path>) -> Result<Vec<Patch>, Error> {
     match dir {
-        Some(d) => from_dir_all(d),
-        None => builtin_all(),
+        Some(d) => from_dir(d),
+        None => builtin(),
     }
 }
 
 /// Resolves every `--patch` value, in order (every one is loaded and validated, so a bad one
 /// stops the run before anything else happens). No value: the catalogue's only patch.
-pub fn resolve(values: &[String], dir: Option<&Path>) -> Result<Vec<Patch>, String> {
+pub fn resolve(values: &[String], dir: Option<&Path>) -> Result<Vec<Patch>, Error> {
     let needs_catalogue = values.is_empty() || values.iter().any(|v| !is_path(v));
     let catalogue = if needs_catalogue {
         catalogue(dir)?
@@ -90,28 +82,39 @@ pub fn resolve(values: &[String], dir: Option<&Path>) -> Result<Vec<Patch>, Stri
     if values.is_empty() {
         return match catalogue.len() {
             1 => Ok(catalogue),
-            n => Err(format!(
-                "{n} patches are known; choose one with --patch ({})",
-                ids(&catalogue)
+            n => Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{n} patches are known; choose one with --patch ({})",
+                    ids(&catalogue)
+                ),
             )),
         };
     }
     let mut out: Vec<Patch> = Vec::new();
     for v in values {
         let p = if is_path(v) {
-            patch::load_folder(Path::new(v))?
+            load_folder(Path::new(v))?
         } else {
             catalogue
                 .iter()
                 .find(|p| p.meta().id == *v)
                 .cloned()
-                .ok_or_else(|| format!("no patch with id {v:?} (known: {})", ids(&catalogue)))?
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Unknown,
+                        format!("no patch with id {v:?} (known: {})", ids(&catalogue)),
+                    )
+                })?
         };
         if let Some(first) = out.iter().find(|o| o.meta().id == p.meta().id) {
-            return Err(format!(
-                "--patch {v}: id {:?} is also the id of {}; ids must be unique",
-                p.meta().id,
-                first.meta().origin
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "--patch {v}: id {:?} is also the id of {}; ids must be unique",
+                    p.meta().id,
+                    first.meta().origin
+                ),
             ));
         }
         out.push(p);
@@ -125,37 +128,6 @@ fn ids(patches: &[Patch]) -> String {
         .map(|p| p.meta().id.as_str())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Picks one patch by id, or the only one when no id is given.
-pub fn select(specs: Vec<PatchSpec>, id: Option<&str>) -> Result<PatchSpec, String> {
-    match id {
-        Some(id) => {
-            let ids: Vec<String> = specs.iter().map(|s| s.id.clone()).collect();
-            specs
-                .into_iter()
-                .find(|s| s.id == id)
-                .ok_or_else(|| format!("no patch with id {id:?} (known: {})", ids.join(", ")))
-        }
-        None => {
-            if specs.len() == 1 {
-                specs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| "no patches".to_owned())
-            } else {
-                Err(format!(
-                    "{} patches are known; choose one with --patch ({})",
-                    specs.len(),
-                    specs
-                        .iter()
-                        .map(|s| s.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -179,8 +151,10 @@ mod tests {
         let p = resolve(&[], None).expect("default");
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].meta().id, "multiconnector-observe");
-        assert_eq!(p[0].meta().kind, crate::patch::Kind::Shapes);
-        let e = resolve(&["nope".into()], None).expect_err("unknown id");
+        assert_eq!(p[0].meta().kind, "shapes");
+        let e = resolve(&["nope".into()], None)
+            .expect_err("unknown id")
+            .to_string();
         assert!(e.contains("no patch with id \"nope\""), "{e}");
     }
 
@@ -198,7 +172,9 @@ mod tests {
         let p = resolve(&[value.clone(), "multiconnector-observe".into()], None).expect("two");
         assert_eq!(p[0].meta().id, "my-fix");
         assert_eq!(p[1].meta().id, "multiconnector-observe");
-        let e = resolve(&[value.clone(), value], None).expect_err("twice");
+        let e = resolve(&[value.clone(), value], None)
+            .expect_err("twice")
+            .to_string();
         assert!(e.contains("ids must be unique"), "{e}");
     }
 
@@ -247,7 +223,8 @@ mod tests {
         ];
         for (i, (toml, files, want)) in cases.into_iter().enumerate() {
             let f = folder(tmp.path(), &format!("case{i}"), &toml, &files);
-            let e = crate::patch::load_folder(&f).expect_err(&toml);
+            let e = load_folder(&f).expect_err(&toml);
+            let e = e.to_string();
             assert!(e.contains(&want), "case {i}: {e}");
             assert!(
                 e.contains(&f.display().to_string()),

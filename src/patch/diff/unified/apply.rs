@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{FileDiff, Op};
+use super::types::{FileDiff, Op};
 
 /// A file's lines, with what must be written back as it was.
 struct Text {

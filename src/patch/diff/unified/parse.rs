@@ -1,6 +1,6 @@
 //! Reading a unified diff: file headers (git or GNU), hunk headers and lines.
 
-use super::{err, FileDiff, Hunk, HunkLine, Op, ParseError};
+use super::types::{err, FileDiff, Hunk, HunkLine, Op, ParseError};
 
 /// Splits bytes into lines without their `\n` (a `\r` before it stays in the line).
 fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {

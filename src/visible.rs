@@ -1,23 +1,36 @@
 //! What the container sees of an image, read from its layers top-down: the run's layer reader
-//! (each layer read once per run, through the scan cache, its kept bytes charged to the run's
-//! budget) and [`ScanView`], the overlay view a patch decides on. `plan` and `verify` both
-//! read images through here, so neither depends on the other.
+//! ([`Layers`]: each layer read once per run, through the scan cache, its kept bytes charged
+//! to the run's budget) and [`Visible`], the overlay tree a patch decides on. `plan` and
+//! `verify` both read images through here, so neither depends on the other.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio_util::io::SyncIoBridge;
 
 use crate::media::{layer_compression, Compression, Descriptor};
-use crate::patch::{Change, ImageView, Patch};
+use crate::patch::{Change, Layered, Patch, Tree};
 use crate::progress;
-use crate::registry::{Registry, Repo};
-use crate::scan::{self, Budget, Descent, FileEntry, LayerScan, Wanted};
+use crate::registry::{Registry, RegistryError, Repo};
+use crate::scan::{self, Budget, Descent, FileEntry, LayerScan, ScanError, Wanted};
+use crate::scan_cache::ScanCache;
 
 type ScanCell = Arc<OnceCell<Arc<LayerScan>>>;
+
+/// Why a layer could not be read for a scan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The layer could not be read to its end, or its digest or size is wrong.
+    #[error("reading {repo}: {error}")]
+    Scan { repo: String, error: ScanError },
+    #[error("layer scan task failed: {0}")]
+    Task(String),
+}
 
 /// The layer scans of one run, by layer digest and what was looked for: platforms and tags
 /// that share a layer read it once (a platform arriving while another reads it waits). Owned
@@ -27,13 +40,23 @@ pub struct Layers {
     scans: Mutex<HashMap<(String, String), ScanCell>>,
     /// What the cached layer scans of this run keep in memory together.
     kept: Arc<Budget>,
+    /// Where scans are kept between runs (none for `verify`).
+    cache: ScanCache,
 }
 
 impl Default for Layers {
     fn default() -> Self {
+        Layers::new(ScanCache::off())
+    }
+}
+
+impl Layers {
+    /// A run's layer reader keeping its scans in `cache`.
+    pub fn new(cache: ScanCache) -> Self {
         Layers {
             scans: Mutex::default(),
             kept: Arc::new(Budget::new(scan::MAX_KEPT_PER_RUN)),
+            cache,
         }
     }
 }
@@ -90,7 +113,7 @@ impl Layers {
         search: &Search,
         hits_needed: usize,
         label: &str,
-    ) -> Result<Descent> {
+    ) -> Result<Descent, Error> {
         let wanted = &search.wanted;
         let mut descent = Descent::new(&wanted.targets, &search.anchors);
         if wanted.targets.is_empty() {
@@ -123,7 +146,7 @@ impl Layers {
         compression: Compression,
         wanted: &Wanted,
         label: &str,
-    ) -> Result<Arc<LayerScan>> {
+    ) -> Result<Arc<LayerScan>, Error> {
         let key = (desc.digest.clone(), crate::scan_cache::wanted_key(wanted));
         let cell = {
             let mut map = self.scans.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,7 +158,9 @@ impl Layers {
                 fresh = true;
                 // A cached scan holds its kept bytes like a fresh one: charged to the run,
                 // and read afresh (to be refused as such) when the budget cannot hold it.
-                if let Some(hit) = crate::scan_cache::load(desc, compression, wanted)
+                if let Some(hit) = self
+                    .cache
+                    .load(desc, compression, wanted)
                     .filter(|h| self.kept.take(h.kept).is_ok())
                 {
                     return Ok(Arc::new(hit));
@@ -149,15 +174,18 @@ impl Layers {
                     scan::scan_layer(counted, &d, compression, &w, &kept)
                 })
                 .await
-                .context("layer scan task failed")?
-                .with_context(|| format!("reading {repo}"))?;
+                .map_err(|e| Error::Task(e.to_string()))?
+                .map_err(|error| Error::Scan {
+                    repo: repo.to_string(),
+                    error,
+                })?;
                 tracing::debug!(
                     "{label}: read layer {} ({} bytes)",
                     desc.digest,
                     layer.compressed_bytes
                 );
-                crate::scan_cache::store(desc, compression, wanted, &layer);
-                Ok::<_, anyhow::Error>(Arc::new(layer))
+                self.cache.store(desc, compression, wanted, &layer);
+                Ok::<_, Error>(Arc::new(layer))
             })
             .await?
             .clone();
@@ -185,23 +213,32 @@ pub fn pycs_of(pycs: &std::collections::BTreeSet<String>, path: &str) -> Vec<Str
         .collect()
 }
 
-/// The overlay view of one image that patches decide on: the top-most visible copies the scan
+/// The overlay tree of one image that patches decide on: the top-most visible copies the scan
 /// found, the small files it kept, the config, and the changes of the patches stacked so far
 /// (so the second patch of a run sees what the first one wrote).
-pub struct ScanView<'a> {
+pub struct Visible<'a> {
     descent: &'a Descent,
     config: Value,
     /// Files written (`Some`) or hidden (`None`) by the patches applied so far.
     changed: BTreeMap<String, Option<FileEntry>>,
+    /// For `verify`: the indexes of the layers this tool appended.
+    added: std::ops::Range<usize>,
 }
 
-impl<'a> ScanView<'a> {
+impl<'a> Visible<'a> {
     pub fn new(descent: &'a Descent, config: Value) -> Self {
-        ScanView {
+        Visible {
             descent,
             config,
             changed: BTreeMap::new(),
+            added: 0..0,
         }
+    }
+
+    /// The same tree, knowing which layers this tool appended (for `verify`).
+    pub fn with_added(mut self, added: std::ops::Range<usize>) -> Self {
+        self.added = added;
+        self
     }
 
     /// Lays one patch's changes (and config) over the view.
@@ -227,7 +264,7 @@ impl<'a> ScanView<'a> {
     }
 }
 
-impl ImageView for ScanView<'_> {
+impl Tree for Visible<'_> {
     fn find(&self, suffix: &str) -> Vec<String> {
         let mut out: Vec<String> = self
             .descent
@@ -245,7 +282,7 @@ impl ImageView for ScanView<'_> {
         out
     }
 
-    fn file(&self, path: &str) -> Result<Option<FileEntry>, String> {
+    fn file(&self, path: &str) -> Result<Option<FileEntry>, crate::patch::Error> {
         if let Some(c) = self.changed.get(path) {
             return Ok(c.clone());
         }
@@ -269,8 +306,8 @@ impl ImageView for ScanView<'_> {
         let files = &self.descent.files;
         let meta = files
             .iter()
-            .find(|(p, _)| crate::patch::is_dist_metadata(root, package, p));
-        let version_py = crate::patch::version_py(root, package);
+            .find(|(p, _)| crate::patch::tree::is_dist_metadata(root, package, p));
+        let version_py = crate::patch::tree::version_py(root, package);
         meta.and_then(|(p, c)| scan::version_from_file(p, c))
             .or_else(|| {
                 files
@@ -298,5 +335,31 @@ impl ImageView for ScanView<'_> {
 
     fn explain_missing(&self, suffix: &str) -> String {
         self.descent.nothing_visible(suffix)
+    }
+}
+
+impl Layered for Visible<'_> {
+    fn copies(&self, suffix: &str) -> Vec<(usize, Vec<FileEntry>)> {
+        self.descent
+            .hits
+            .iter()
+            .map(|(i, v)| {
+                let found: Vec<FileEntry> = v
+                    .iter()
+                    .filter(|e| scan::has_suffix(&e.path, suffix))
+                    .cloned()
+                    .collect();
+                (*i, found)
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect()
+    }
+
+    fn added(&self) -> std::ops::Range<usize> {
+        self.added.clone()
+    }
+
+    fn refusal(&self) -> Option<&str> {
+        self.descent.refusal.as_deref()
     }
 }

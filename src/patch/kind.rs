@@ -1,0 +1,105 @@
+//! The one interface every patch kind implements ([`PatchKind`]), and [`Patch`], a loaded patch
+//! of any kind. The planner, `verify`, the pusher and the binary only use this interface, so a
+//! new kind is a new folder implementing it plus one line in the kinds table (`kinds.rs`);
+//! ripgrep's `Matcher` trait with several engines behind it is the model.
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::patch::meta::Meta;
+use crate::patch::outcome::Outcome;
+use crate::patch::tree::{Layered, Tree};
+use crate::patch::verdict::{Checked, Verdict};
+
+/// How a kind describes a patch in `runner-patch patches`: fields for `--json` and labelled
+/// lines for people, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Description {
+    pub fields: serde_json::Map<String, Value>,
+    pub lines: Vec<(&'static str, String)>,
+}
+
+/// One implementation per kind.
+pub trait PatchKind: Send + Sync + Debug + Any {
+    fn meta(&self) -> &Meta;
+    /// Path suffixes a scan must show for [`PatchKind::decide`] (files to patch, guards).
+    fn wanted(&self) -> Vec<String>;
+    /// The suffixes whose top-most visible copies locate what the patch changes: a top-down
+    /// scan may stop once it has seen them (guards and files a diff creates are not anchors).
+    fn anchors(&self) -> Vec<String> {
+        self.wanted()
+    }
+    /// Suffixes of the files this patch may write or hide, for `verify` to tell its layer's
+    /// entries from strays.
+    fn writes(&self) -> Vec<String> {
+        self.wanted()
+    }
+    /// Suffixes of files an appended layer of this patch must hold (`verify` names a layer
+    /// without them).
+    fn required_in_layer(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The decision on what an image shows: the whole patch logic, pure over the tree.
+    fn decide(&self, tree: &dyn Tree) -> Verdict;
+    /// Whether applying the patch appends a layer (kinds that only edit the config do not).
+    fn adds_layer(&self) -> bool {
+        true
+    }
+    /// The config as this patch leaves it (`None`: unchanged), for `verify` to replay what a
+    /// run did to the original config.
+    fn edit_config(&self, _config: &Value) -> Result<Option<Value>, String> {
+        Ok(None)
+    }
+    /// `verify`'s check that a patched image carries this patch: by default, deciding again
+    /// on what the image shows must find it already patched.
+    fn check(&self, image: &dyn Layered) -> Checked {
+        let mut checked = Checked::default();
+        if image.refusal().is_some() {
+            return checked;
+        }
+        let v = self.decide(image);
+        if v.outcome != Outcome::AlreadyPatched {
+            checked.problems.push(format!(
+                "the image does not carry what patch {} makes ({}: {})",
+                self.meta().id,
+                v.outcome,
+                v.summary()
+            ));
+        }
+        checked
+    }
+    /// What `runner-patch patches` shows of this patch beyond the shared fields.
+    fn describe(&self) -> Description;
+}
+
+/// A loaded patch of any kind; cheap to clone (the kind is shared).
+#[derive(Debug, Clone)]
+pub struct Patch(Arc<dyn PatchKind>);
+
+impl Patch {
+    pub fn new(kind: impl PatchKind + 'static) -> Self {
+        Patch(Arc::new(kind))
+    }
+
+    /// The kind's implementation of the interface.
+    pub fn kind(&self) -> &dyn PatchKind {
+        self.0.as_ref()
+    }
+
+    pub fn meta(&self) -> &Meta {
+        self.0.meta()
+    }
+
+    pub fn decide(&self, tree: &dyn Tree) -> Verdict {
+        self.0.decide(tree)
+    }
+
+    /// The kind's own type, for a command that works with one kind only (`patch-file`).
+    pub fn downcast<T: PatchKind>(&self) -> Option<&T> {
+        let any: &dyn Any = self.0.as_ref();
+        any.downcast_ref::<T>()
+    }
+}

@@ -1,0 +1,211 @@
+//! The scan's vocabulary: what to look for ([`Wanted`]), what a found entry holds
+//! ([`FileEntry`]), the budget of kept bytes, and path rules shared by every layer read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The biggest target or companion file kept in memory (real ones are tens of KiB).
+pub const MAX_KEPT_FILE: u64 = 16 * 1024 * 1024;
+/// What one layer's scan may keep: files, paths and its index of non-directory entries
+/// (real layers keep well under 1 MiB; a hostile one is refused before it costs memory).
+pub const MAX_KEPT_PER_LAYER: u64 = 24 * 1024 * 1024;
+/// What all layer scans of one run may keep together (they are cached for the whole run).
+pub const MAX_KEPT_PER_RUN: u64 = 48 * 1024 * 1024;
+/// The longest tar header extension (GNU long name or link, PAX record set) read: the tar
+/// reader holds one whole, so a hostile layer could otherwise inflate one into gigabytes.
+pub(super) const MAX_TAR_EXTENSION: u64 = 1024 * 1024;
+/// Bookkeeping counted for each kept path or file besides its bytes (allocation, map node).
+pub(super) const ITEM_OVERHEAD: u64 = 64;
+/// Each indexed non-directory entry costs one `u64`.
+pub(super) const INDEX_ENTRY: u64 = 8;
+
+/// What to look for, as path suffixes matched on whole components.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// Files whose entries (header and content) are kept, e.g.
+    /// `vllm/distributed/.../multi_connector.py`: the files patches read or write, guards and
+    /// the anchors that locate a package.
+    pub targets: Vec<String>,
+    /// Small files read for their content only, by suffix.
+    pub companions: Vec<String>,
+    /// Distribution names whose version files are collected (`<pkg>-*.dist-info/METADATA`,
+    /// `<pkg>/_version.py`).
+    pub packages: Vec<String>,
+}
+
+/// The kind of a tar entry found at a wanted path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    Regular,
+    Symlink(String),
+    Hardlink(String),
+    Other(String),
+}
+
+/// One tar entry found at a wanted path, with the header fields a replacement must keep.
+#[derive(Debug, Clone)]
+pub struct FileEntry {
+    pub path: String,
+    pub kind: EntryKind,
+    pub mode: u32,
+    pub uid: u64,
+    pub gid: u64,
+    pub uname: Option<String>,
+    pub gname: Option<String>,
+    pub mtime: u64,
+    /// Shared, not copied, between the run's cached layer scan and each image's view of it.
+    pub content: Arc<Vec<u8>>,
+}
+
+/// A count of kept bytes shared by every scan of a run, so that many layers each under the
+/// per-layer cap cannot together exhaust memory.
+#[derive(Debug)]
+pub struct Budget {
+    cap: u64,
+    used: AtomicU64,
+}
+
+impl Budget {
+    pub const fn new(cap: u64) -> Self {
+        Budget {
+            cap,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `n` bytes; `Err(bytes in use)` when that would pass the cap. (Public so that a
+    /// scan restored from the scan cache is charged like one read now.)
+    pub fn take(&self, n: u64) -> Result<(), u64> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|t| *t <= self.cap)
+            })
+            .map(|_| ())
+    }
+
+    pub(super) fn give_back(&self, n: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// Bytes in use now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Tar paths come as `./usr/x`, `usr/x` or `/usr/x/`: compare them in one form.
+pub fn normalize(path: &str) -> String {
+    let p = path
+        .trim_start_matches("./")
+        .trim_start_matches('/')
+        .trim_end_matches('/');
+    let mut out = String::with_capacity(p.len());
+    for part in p.split('/').filter(|s| !s.is_empty() && *s != ".") {
+        if !out.is_empty() {
+            out.push('/');
+        }
+        out.push_str(part);
+    }
+    out
+}
+
+/// Why a raw tar path is unsafe to lay over a root filesystem, if it is: a `..` component (it
+/// could name something outside the root, or another path than it spells), a NUL byte (the
+/// path is cut short by whoever reads it as a C string), or a whiteout of `.`, `..` or nothing.
+pub fn unsafe_path(raw: &[u8]) -> Option<&'static str> {
+    if raw.contains(&0) {
+        return Some("holds a NUL byte");
+    }
+    let mut parts = raw.split(|b| *b == b'/').filter(|p| !p.is_empty());
+    if parts.clone().any(|p| p == b"..") {
+        return Some("has a `..` component");
+    }
+    match parts.next_back() {
+        Some(b".wh." | b".wh.." | b".wh...") => Some("whites out `.`, `..` or nothing"),
+        _ => None,
+    }
+}
+
+/// True when `path` ends with `suffix` on a component boundary.
+pub fn has_suffix(path: &str, suffix: &str) -> bool {
+    path == suffix
+        || (path.ends_with(suffix) && path.as_bytes()[path.len() - suffix.len() - 1] == b'/')
+}
+
+pub(super) fn split_parent(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+impl Wanted {
+    /// One wanted file, as `Wanted` for a single target (the built-in patch's scan).
+    pub fn single(target: &str, package: &str) -> Self {
+        Wanted {
+            targets: vec![target.to_owned()],
+            companions: Vec::new(),
+            packages: vec![package.to_owned()],
+        }
+    }
+
+    /// Whether `path` is one of the wanted files.
+    pub fn is_target(&self, path: &str) -> bool {
+        self.targets.iter().any(|t| has_suffix(path, t))
+    }
+
+    /// Compiled bytecode of a wanted Python module (`<dir>/__pycache__/<stem>.*.pyc`).
+    pub(super) fn is_pyc(&self, path: &str) -> bool {
+        let (dir, name) = split_parent(path);
+        let (cache_parent, cache) = split_parent(dir);
+        if cache != "__pycache__" || !name.ends_with(".pyc") {
+            return false;
+        }
+        self.targets.iter().any(|t| {
+            let (tdir, tname) = split_parent(t);
+            tname.strip_suffix(".py").is_some_and(|stem| {
+                has_suffix(cache_parent, tdir) && name.starts_with(&format!("{stem}."))
+            })
+        })
+    }
+
+    pub(super) fn is_kept_file(&self, path: &str) -> bool {
+        if self.companions.iter().any(|c| has_suffix(path, c)) {
+            return true;
+        }
+        let (dir, name) = split_parent(path);
+        let (_, dirname) = split_parent(dir);
+        self.packages.iter().any(|package| {
+            (name == "METADATA"
+                && dirname.starts_with(&format!("{package}-"))
+                && dirname.ends_with(".dist-info"))
+                || (name == "_version.py" && dirname == package)
+        })
+    }
+}
+
+/// Reads the version from a dist-info `METADATA` or a `_version.py`.
+pub fn version_from_file(path: &str, content: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(content);
+    if path.ends_with("/METADATA") || path == "METADATA" {
+        return text
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .find_map(|l| l.strip_prefix("Version:"))
+            .map(|v| v.trim().to_owned());
+    }
+    // setuptools-scm style: `__version__ = version = '0.20.2'` or `version = "0.20.2"`.
+    text.lines().find_map(|l| {
+        let l = l.trim();
+        if !(l.starts_with("__version__") || l.starts_with("version")) || l.contains(':') {
+            return None;
+        }
+        let rhs = l.rsplit('=').next()?.trim();
+        let v = rhs.trim_matches(|c| c == '\'' || c == '"');
+        (v.len() + 2 == rhs.len() && !v.is_empty()).then(|| v.to_owned())
+    })
+}
