@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::media::{self, Descriptor, Document, Family, Kind};
+use crate::media::{self, Descriptor, Document, Error, Family, Kind};
 
 /// An image manifest's config and layers, in order.
 #[derive(Debug, Clone)]
@@ -17,14 +17,14 @@ pub struct Manifest {
 
 impl Manifest {
     /// Reads an image manifest; `what` names it in errors (`REPO@DIGEST`).
-    pub fn parse(doc: &Document, what: &str) -> Result<Self, String> {
+    pub fn parse(doc: &Document, what: &str) -> Result<Self, Error> {
         let family = match doc.kind() {
             Some(Kind::Manifest(f)) => f,
             _ => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{what} is {:?}, not an image manifest",
                     doc.media_type
-                ))
+                )))
             }
         };
         let config = Descriptor::from_json(
@@ -35,7 +35,7 @@ impl Manifest {
             .json
             .get("layers")
             .and_then(Value::as_array)
-            .ok_or_else(|| format!("manifest {what} has no layers list"))?
+            .ok_or_else(|| Error::invalid(format!("manifest {what} has no layers list")))?
             .iter()
             .enumerate()
             .map(|(i, l)| Descriptor::from_json(l, &format!("manifest {what} layers[{i}]")))
@@ -73,10 +73,15 @@ pub struct Index {
 impl Index {
     /// Reads an index, refusing more children than any multi-arch image has (before any of
     /// them is fetched) and a child without a valid descriptor.
-    pub fn parse(doc: &Document, what: &str) -> Result<Self, String> {
+    pub fn parse(doc: &Document, what: &str) -> Result<Self, Error> {
         let family = match doc.kind() {
             Some(Kind::Index(f)) => f,
-            _ => return Err(format!("{what} is {:?}, not an index", doc.media_type)),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{what} is {:?}, not an index",
+                    doc.media_type
+                )))
+            }
         };
         media::check_index_children(doc, what)?;
         let children = doc
@@ -97,7 +102,7 @@ impl Index {
                     attestation: media::is_attestation(entry),
                 })
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, Error>>()?;
         Ok(Index { family, children })
     }
 
@@ -116,14 +121,14 @@ pub enum Top {
 
 impl Top {
     /// Reads either kind; anything else is an error naming its media type.
-    pub fn parse(doc: &Document, what: &str) -> Result<Self, String> {
+    pub fn parse(doc: &Document, what: &str) -> Result<Self, Error> {
         match doc.kind() {
             Some(Kind::Index(_)) => Index::parse(doc, what).map(Top::Index),
             Some(Kind::Manifest(_)) => Manifest::parse(doc, what).map(Top::Manifest),
-            None => Err(format!(
+            None => Err(Error::invalid(format!(
                 "{what} has media type {:?}, which is neither a manifest nor an index",
                 doc.media_type
-            )),
+            ))),
         }
     }
 }

@@ -37,17 +37,52 @@ pub const CONFIG_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// real multi-arch images list a handful.
 pub const MAX_INDEX_CHILDREN: usize = 1024;
 
+/// A manifest, index, config or descriptor that is not what it must be; the text names the
+/// document (and JSON path) it is about.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    pub kind: ErrorKind,
+    message: String,
+}
+
+/// What is wrong with a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Not JSON, or not of the form its media type says.
+    Invalid,
+    /// Over a limit this tool keeps (bytes of a manifest, children of an index).
+    TooLarge,
+}
+
+impl Error {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Invalid,
+            message: message.into(),
+        }
+    }
+
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::TooLarge,
+            message: message.into(),
+        }
+    }
+}
+
 /// Refuses an index with more children than [`MAX_INDEX_CHILDREN`].
-pub fn check_index_children(doc: &Document, what: &str) -> Result<(), String> {
+pub fn check_index_children(doc: &Document, what: &str) -> Result<(), Error> {
     let n = doc
         .json
         .get("manifests")
         .and_then(serde_json::Value::as_array)
         .map_or(0, Vec::len);
     if n > MAX_INDEX_CHILDREN {
-        return Err(format!(
+        return Err(Error::too_large(format!(
             "index {what} lists {n} manifests; more than {MAX_INDEX_CHILDREN} are refused (no multi-arch image has that many)"
-        ));
+        )));
     }
     Ok(())
 }
@@ -109,21 +144,21 @@ pub struct Document {
 
 impl Document {
     /// Parses served bytes; `what` names the document in errors.
-    pub fn parse(bytes: Vec<u8>, what: &str) -> Result<Self, String> {
+    pub fn parse(bytes: Vec<u8>, what: &str) -> Result<Self, Error> {
         if bytes.len() > MANIFEST_MAX_BYTES {
-            return Err(format!(
+            return Err(Error::too_large(format!(
                 "{what} is {} bytes, over the {} byte limit for manifests",
                 bytes.len(),
                 MANIFEST_MAX_BYTES
-            ));
+            )));
         }
         let json: Value = serde_json::from_slice(&bytes).map_err(|e| {
             let head =
                 String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).replace(['\n', '\r'], " ");
-            format!("{what} is not JSON ({e}); it starts with {head:?}")
+            Error::invalid(format!("{what} is not JSON ({e}); it starts with {head:?}"))
         })?;
         if !json.is_object() {
-            return Err(format!("{what} is JSON but not an object"));
+            return Err(Error::invalid(format!("{what} is JSON but not an object")));
         }
         let media_type = match json.get("mediaType").and_then(Value::as_str) {
             Some(m) => m.to_owned(),
@@ -131,9 +166,9 @@ impl Document {
             None if json.get("manifests").is_some() => OCI_INDEX.to_owned(),
             None if json.get("layers").is_some() => OCI_MANIFEST.to_owned(),
             None => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{what} has no mediaType and is neither an index nor a manifest"
-                ))
+                )))
             }
         };
         let digest = sha256(&bytes);
@@ -180,20 +215,20 @@ pub struct Descriptor {
 
 impl Descriptor {
     /// Reads a descriptor; `where_` names the document and JSON path for errors.
-    pub fn from_json(v: &Value, where_: &str) -> Result<Self, String> {
+    pub fn from_json(v: &Value, where_: &str) -> Result<Self, Error> {
         let digest = v
             .get("digest")
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("{where_}: descriptor has no digest"))?;
+            .ok_or_else(|| Error::invalid(format!("{where_}: descriptor has no digest")))?;
         if !crate::digest::is_sha256(digest) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{where_}: digest {digest:?} is not a sha256 digest"
-            ));
+            )));
         }
         let size = v
             .get("size")
             .and_then(Value::as_u64)
-            .ok_or_else(|| format!("{where_}: descriptor has no size"))?;
+            .ok_or_else(|| Error::invalid(format!("{where_}: descriptor has no size")))?;
         let media_type = v
             .get("mediaType")
             .and_then(Value::as_str)

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::media::{is_attestation, Document, OCI_MANIFEST};
+use crate::media::{is_attestation, Document, Error, OCI_MANIFEST};
 
 /// The label recording which patches an image carries (comma-separated ids).
 pub const PATCH_LABEL: &str = "dev.runner-patch.patches";
@@ -34,20 +34,23 @@ fn well_formed(v: &Value) -> Option<String> {
 
 /// Names the original index in a patched OCI index's annotations (kept if a patch already set
 /// it). A Docker manifest list has no annotations in its schema and is returned unchanged.
-pub fn index_record_original(index: &Document, original: &str) -> Result<Document, String> {
+pub fn index_record_original(index: &Document, original: &str) -> Result<Document, Error> {
     if index.media_type != crate::media::OCI_INDEX {
         return Ok(index.clone());
     }
     let mut v = index.json.clone();
     let obj = v
         .as_object_mut()
-        .ok_or_else(|| format!("index {} is not a JSON object", index.digest))?;
+        .ok_or_else(|| Error::invalid(format!("index {} is not a JSON object", index.digest)))?;
     let ann = obj
         .entry("annotations")
         .or_insert_with(|| Value::Object(Map::new()));
-    let ann = ann
-        .as_object_mut()
-        .ok_or_else(|| format!("index {}: annotations is not an object", index.digest))?;
+    let ann = ann.as_object_mut().ok_or_else(|| {
+        Error::invalid(format!(
+            "index {}: annotations is not an object",
+            index.digest
+        ))
+    })?;
     ann.entry(ORIGINAL_LABEL)
         .or_insert_with(|| Value::String(original.to_owned()));
     Ok(Document::from_value(v, &index.media_type))
@@ -64,22 +67,22 @@ pub fn config_append(
     created: &str,
     comment: &str,
     layer_count: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, Error> {
     let mut v: Value = serde_json::from_slice(config)
-        .map_err(|e| format!("config {config_digest} is not JSON: {e}"))?;
+        .map_err(|e| Error::invalid(format!("config {config_digest} is not JSON: {e}")))?;
     let obj = v
         .as_object_mut()
-        .ok_or_else(|| format!("config {config_digest} is not a JSON object"))?;
+        .ok_or_else(|| Error::invalid(format!("config {config_digest} is not a JSON object")))?;
     let diff_ids = obj
         .get_mut("rootfs")
         .and_then(|r| r.get_mut("diff_ids"))
         .and_then(Value::as_array_mut)
-        .ok_or_else(|| format!("config {config_digest} has no rootfs.diff_ids"))?;
+        .ok_or_else(|| Error::invalid(format!("config {config_digest} has no rootfs.diff_ids")))?;
     if diff_ids.len() != layer_count {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "config {config_digest} lists {} diff_ids for {layer_count} layers; refusing to extend an inconsistent image",
             diff_ids.len()
-        ));
+        )));
     }
     diff_ids.push(Value::String(diff_id.to_owned()));
     let history = obj
@@ -92,10 +95,13 @@ pub fn config_append(
             "comment": comment,
         }));
     } else {
-        return Err(format!("config {config_digest}: history is not a list"));
+        return Err(Error::invalid(format!(
+            "config {config_digest}: history is not a list"
+        )));
     }
     label_patch(obj, config_digest, original_manifest, patch_id)?;
-    serde_json::to_vec(&v).map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+    serde_json::to_vec(&v)
+        .map_err(|e| Error::invalid(format!("config {config_digest}: cannot serialise: {e}")))
 }
 
 /// Adds `patch_id` to the patch label (once) and names the original manifest (the first one
@@ -105,25 +111,27 @@ fn label_patch(
     config_digest: &str,
     original_manifest: &str,
     patch_id: &str,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let cfg = obj
         .entry("config")
         .or_insert_with(|| Value::Object(Map::new()));
     if cfg.is_null() {
         *cfg = Value::Object(Map::new());
     }
-    let cfg = cfg
-        .as_object_mut()
-        .ok_or_else(|| format!("config {config_digest}: config is not an object"))?;
+    let cfg = cfg.as_object_mut().ok_or_else(|| {
+        Error::invalid(format!("config {config_digest}: config is not an object"))
+    })?;
     let labels = cfg
         .entry("Labels")
         .or_insert_with(|| Value::Object(Map::new()));
     if labels.is_null() {
         *labels = Value::Object(Map::new());
     }
-    let labels = labels
-        .as_object_mut()
-        .ok_or_else(|| format!("config {config_digest}: config.Labels is not an object"))?;
+    let labels = labels.as_object_mut().ok_or_else(|| {
+        Error::invalid(format!(
+            "config {config_digest}: config.Labels is not an object"
+        ))
+    })?;
     let value = match labels.get(PATCH_LABEL).and_then(Value::as_str) {
         Some(old) if old.split(',').any(|p| p == patch_id) => old.to_owned(),
         Some(old) if !old.is_empty() => format!("{old},{patch_id}"),
@@ -143,13 +151,13 @@ pub fn config_labelled(
     config_digest: &str,
     original_manifest: &str,
     patch_id: &str,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, Error> {
     let obj = config
         .as_object_mut()
-        .ok_or_else(|| format!("config {config_digest} is not a JSON object"))?;
+        .ok_or_else(|| Error::invalid(format!("config {config_digest} is not a JSON object")))?;
     label_patch(obj, config_digest, original_manifest, patch_id)?;
     serde_json::to_vec(&config)
-        .map_err(|e| format!("config {config_digest}: cannot serialise: {e}"))
+        .map_err(|e| Error::invalid(format!("config {config_digest}: cannot serialise: {e}")))
 }
 
 /// The patch ids a config's label lists, in the order they were applied.
@@ -171,19 +179,19 @@ pub fn manifest_append(
     layer_media_type: &str,
     layer_digest: &str,
     layer_size: u64,
-) -> Result<Document, String> {
+) -> Result<Document, Error> {
     let mut v = manifest.json.clone();
     let what = format!("manifest {}", manifest.digest);
     let cfg = v
         .get_mut("config")
         .and_then(Value::as_object_mut)
-        .ok_or_else(|| format!("{what} has no config descriptor"))?;
+        .ok_or_else(|| Error::invalid(format!("{what} has no config descriptor")))?;
     cfg.insert("digest".into(), Value::String(config_digest.to_owned()));
     cfg.insert("size".into(), Value::from(config_size));
     let layers = v
         .get_mut("layers")
         .and_then(Value::as_array_mut)
-        .ok_or_else(|| format!("{what} has no layers list"))?;
+        .ok_or_else(|| Error::invalid(format!("{what} has no layers list")))?;
     layers.push(json!({"mediaType": layer_media_type, "size": layer_size, "digest": layer_digest}));
     Ok(Document::from_value(v, &manifest.media_type))
 }
@@ -193,12 +201,17 @@ pub fn manifest_set_config(
     manifest: &Document,
     config_digest: &str,
     config_size: u64,
-) -> Result<Document, String> {
+) -> Result<Document, Error> {
     let mut v = manifest.json.clone();
     let cfg = v
         .get_mut("config")
         .and_then(Value::as_object_mut)
-        .ok_or_else(|| format!("manifest {} has no config descriptor", manifest.digest))?;
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "manifest {} has no config descriptor",
+                manifest.digest
+            ))
+        })?;
     cfg.insert("digest".into(), Value::String(config_digest.to_owned()));
     cfg.insert("size".into(), Value::from(config_size));
     Ok(Document::from_value(v, &manifest.media_type))
@@ -211,7 +224,7 @@ pub const BASE_DIGEST: &str = "org.opencontainers.image.base.digest";
 /// Points an OCI manifest's base annotations at the original it was made from (replacing any
 /// the build set: the patched image's base is the original). A Docker v2 manifest has no
 /// annotations and is returned as it is.
-pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Document, String> {
+pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Document, Error> {
     if manifest.media_type != OCI_MANIFEST {
         return Ok(manifest.clone());
     }
@@ -219,7 +232,7 @@ pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Do
     let what = format!("manifest {}", manifest.digest);
     let obj = v
         .as_object_mut()
-        .ok_or_else(|| format!("{what} is not a JSON object"))?;
+        .ok_or_else(|| Error::invalid(format!("{what} is not a JSON object")))?;
     let ann = obj
         .entry("annotations")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -228,7 +241,7 @@ pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Do
     }
     let ann = ann
         .as_object_mut()
-        .ok_or_else(|| format!("{what}: annotations is not an object"))?;
+        .ok_or_else(|| Error::invalid(format!("{what}: annotations is not an object")))?;
     ann.insert(BASE_NAME.into(), Value::String(name.to_owned()));
     ann.insert(BASE_DIGEST.into(), Value::String(digest.to_owned()));
     Ok(Document::from_value(v, &manifest.media_type))
@@ -239,13 +252,13 @@ pub fn annotate_base(manifest: &Document, name: &str, digest: &str) -> Result<Do
 pub fn index_replace(
     index: &Document,
     replaced: &HashMap<String, (String, u64)>,
-) -> Result<(Document, Vec<String>), String> {
+) -> Result<(Document, Vec<String>), Error> {
     let mut v = index.json.clone();
     let what = format!("index {}", index.digest);
     let manifests = v
         .get_mut("manifests")
         .and_then(Value::as_array_mut)
-        .ok_or_else(|| format!("{what} has no manifests list"))?;
+        .ok_or_else(|| Error::invalid(format!("{what} has no manifests list")))?;
     let mut dropped = Vec::new();
     manifests.retain(|m| {
         if is_attestation(m) {

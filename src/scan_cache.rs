@@ -267,13 +267,13 @@ fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerSc
     format!("{{\"sha256\":{},\"body\":{}}}\n", json!(sum), json!(body)).into_bytes()
 }
 
-/// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
-fn decode(
+/// An entry's body, once its checksum, format, layer and key are those of this scan.
+fn open_entry(
     bytes: &[u8],
     desc: &Descriptor,
     compression: Compression,
     key: &str,
-) -> Result<LayerScan, String> {
+) -> Result<Value, String> {
     let outer: Value = serde_json::from_slice(bytes).map_err(|_| "not JSON".to_owned())?;
     let body = outer["body"].as_str().ok_or("no body")?;
     if outer["sha256"].as_str() != Some(crate::digest::sha256(body.as_bytes()).as_str()) {
@@ -292,22 +292,37 @@ fn decode(
     if v["key"].as_str() != Some(key) {
         return Err("it was made for another patch".into());
     }
-    let s = &v["scan"];
-    let bad = |what: &str| format!("malformed {what}");
-    let text = |x: &Value, what: &str| x.as_str().map(str::to_owned).ok_or_else(|| bad(what));
-    let num = |x: &Value, what: &str| x.as_u64().ok_or_else(|| bad(what));
-    let unb64 = |x: &Value, what: &str| {
-        base64::engine::general_purpose::STANDARD
-            .decode(x.as_str().ok_or_else(|| bad(what))?)
-            .map_err(|_| bad(what))
-    };
-    let strings = |x: &Value, what: &str| -> Result<Vec<String>, String> {
-        x.as_array()
-            .ok_or_else(|| bad(what))?
-            .iter()
-            .map(|e| text(e, what))
-            .collect()
-    };
+    Ok(v)
+}
+
+fn bad(what: &str) -> String {
+    format!("malformed {what}")
+}
+
+fn text(x: &Value, what: &str) -> Result<String, String> {
+    x.as_str().map(str::to_owned).ok_or_else(|| bad(what))
+}
+
+fn num(x: &Value, what: &str) -> Result<u64, String> {
+    x.as_u64().ok_or_else(|| bad(what))
+}
+
+fn unb64(x: &Value, what: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(x.as_str().ok_or_else(|| bad(what))?)
+        .map_err(|_| bad(what))
+}
+
+fn strings(x: &Value, what: &str) -> Result<Vec<String>, String> {
+    x.as_array()
+        .ok_or_else(|| bad(what))?
+        .iter()
+        .map(|e| text(e, what))
+        .collect()
+}
+
+/// The kept entries of wanted files.
+fn targets_of(s: &Value) -> Result<Vec<FileEntry>, String> {
     let mut targets = Vec::new();
     for t in s["targets"].as_array().ok_or_else(|| bad("targets"))? {
         let k = t["kind"].as_object().ok_or_else(|| bad("kind"))?;
@@ -331,6 +346,19 @@ fn decode(
             content: Arc::new(unb64(&t["content"], "content")?),
         });
     }
+    Ok(targets)
+}
+
+/// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
+fn decode(
+    bytes: &[u8],
+    desc: &Descriptor,
+    compression: Compression,
+    key: &str,
+) -> Result<LayerScan, String> {
+    let v = open_entry(bytes, desc, compression, key)?;
+    let s = &v["scan"];
+    let targets = targets_of(s)?;
     let mut files = BTreeMap::new();
     for (p, c) in s["files"].as_object().ok_or_else(|| bad("files"))? {
         files.insert(p.clone(), Arc::new(unb64(c, "files")?));

@@ -74,9 +74,8 @@ pub fn apply(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) {
     append(&apply_markdown(map, dry_run, errors));
 }
 
-/// The Markdown of [`apply`], separate so it can be checked without the environment.
-pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) -> String {
-    let human = runner_patch::units::human;
+/// `2 patched, 1 refused, 1 error`: the images by outcome.
+fn tally(map: &DigestMap, errors: &[(String, String)]) -> String {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for i in &map.images {
         match counts.iter_mut().find(|(o, _)| *o == i.outcome.as_str()) {
@@ -87,40 +86,16 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
     if !errors.is_empty() {
         counts.push(("error".into(), errors.len()));
     }
-    let tally = counts
+    counts
         .iter()
         .map(|(o, n)| format!("{n} {o}"))
         .collect::<Vec<_>>()
-        .join(", ");
-    let n = map.images.len() + errors.len();
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "### runner-patch {}: {n} image{} ({tally})\n",
-        if dry_run { "plan" } else { "apply" },
-        if n == 1 { "" } else { "s" },
-    );
-    let _ = writeln!(
-        md,
-        "{}\n",
-        if dry_run {
-            format!(
-                "Nothing was pushed. This is what `apply` will do with patch `{}`.",
-                map.patch
-            )
-        } else {
-            format!(
-                "Patch `{}` applied; the digest map records every row below.",
-                map.patch
-            )
-        }
-    );
-    let new_bytes = if dry_run { "to push" } else { "pushed" };
-    let _ = writeln!(
-        md,
-        "| image | platform | outcome | original → patched | file | vLLM | read | {new_bytes} |"
-    );
-    md.push_str("|---|---|---|---|---|---|--:|--:|\n");
+        .join(", ")
+}
+
+/// The table's rows: one per image (`all`), one per platform, one per image that failed.
+fn rows(md: &mut String, map: &DigestMap, errors: &[(String, String)]) {
+    let human = runner_patch::units::human;
     for i in &map.images {
         let target = if i.target != i.source {
             format!(" → {}", code(&i.target))
@@ -155,8 +130,11 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
     for (image, _) in errors {
         let _ = writeln!(md, "| {} | all | error |  |  |  |  |  |", code(image));
     }
-    let reasons: Vec<String> = map
-        .images
+}
+
+/// Why each refused platform and each failed image stopped.
+fn reasons(map: &DigestMap, errors: &[(String, String)]) -> Vec<String> {
+    map.images
         .iter()
         .flat_map(|i| {
             i.platforms
@@ -176,7 +154,43 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
                 .iter()
                 .map(|(image, e)| format!("- {}: {}", code(image), cell(e))),
         )
-        .collect();
+        .collect()
+}
+
+/// The Markdown of [`apply`], separate so it can be checked without the environment.
+pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) -> String {
+    let n = map.images.len() + errors.len();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "### runner-patch {}: {n} image{} ({})\n",
+        if dry_run { "plan" } else { "apply" },
+        if n == 1 { "" } else { "s" },
+        tally(map, errors),
+    );
+    let _ = writeln!(
+        md,
+        "{}\n",
+        if dry_run {
+            format!(
+                "Nothing was pushed. This is what `apply` will do with patch `{}`.",
+                map.patch
+            )
+        } else {
+            format!(
+                "Patch `{}` applied; the digest map records every row below.",
+                map.patch
+            )
+        }
+    );
+    let new_bytes = if dry_run { "to push" } else { "pushed" };
+    let _ = writeln!(
+        md,
+        "| image | platform | outcome | original → patched | file | vLLM | read | {new_bytes} |"
+    );
+    md.push_str("|---|---|---|---|---|---|--:|--:|\n");
+    rows(&mut md, map, errors);
+    let reasons = reasons(map, errors);
     if !reasons.is_empty() {
         md.push_str("\nRefused or failed:\n\n");
         for r in reasons {

@@ -108,11 +108,16 @@ pub fn discovers(patches: &[Patch], backend: &str, tag: &str, include_dev: bool)
         })
 }
 
+/// A tag the distribution spec's grammar refuses; the text names it and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(String);
+
 /// The longest tag the distribution spec allows.
 pub const MAX_LEN: usize = 128;
 
 /// Checks `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
-pub fn check(tag: &str) -> Result<(), String> {
+pub fn check(tag: &str) -> Result<(), Error> {
     let first_ok = tag
         .chars()
         .next()
@@ -122,15 +127,15 @@ pub fn check(tag: &str) -> Result<(), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
     {
-        return Err(format!(
+        return Err(Error(format!(
             "tag {tag:?} is not a valid tag (letters, digits, '_', '.', '-'; not starting with '.' or '-')"
-        ));
+        )));
     }
     if tag.len() > MAX_LEN {
-        return Err(format!(
+        return Err(Error(format!(
             "tag {tag:?} is {} characters long; registries accept at most {MAX_LEN}",
             tag.len()
-        ));
+        )));
     }
     Ok(())
 }
@@ -190,7 +195,7 @@ mod tests {
         assert!(check(".x").is_err());
         assert!(check("a/b").is_err());
         assert!(check(&"a".repeat(128)).is_ok());
-        let long = check(&"a".repeat(129)).unwrap_err();
+        let long = check(&"a".repeat(129)).unwrap_err().to_string();
         assert!(long.contains("129 characters"), "{long}");
     }
 }

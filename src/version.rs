@@ -85,6 +85,11 @@ impl fmt::Display for Version {
     }
 }
 
+/// A version range that cannot be read; the text names the clause.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(String);
+
 /// A conjunction of `>=`, `>`, `<`, `<=`, `==` clauses, as in `">=0.11.1, <0.33.0"`.
 #[derive(Debug, Clone)]
 pub struct VersionRange {
@@ -93,23 +98,25 @@ pub struct VersionRange {
 }
 
 impl VersionRange {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, Error> {
         let mut clauses = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let op_len = part
                 .find(|c: char| c.is_ascii_digit() || c == 'v')
-                .ok_or_else(|| format!("version clause {part:?} has no version"))?;
+                .ok_or_else(|| Error(format!("version clause {part:?} has no version")))?;
             let (op, ver) = part.split_at(op_len);
             let op = op.trim();
             if !matches!(op, ">=" | ">" | "<" | "<=" | "==") {
-                return Err(format!("version clause {part:?}: unknown operator {op:?}"));
+                return Err(Error(format!(
+                    "version clause {part:?}: unknown operator {op:?}"
+                )));
             }
             let v = Version::parse(ver)
-                .ok_or_else(|| format!("version clause {part:?}: bad version"))?;
+                .ok_or_else(|| Error(format!("version clause {part:?}: bad version")))?;
             clauses.push((op.to_owned(), v));
         }
         if clauses.is_empty() {
-            return Err("empty version range".into());
+            return Err(Error("empty version range".into()));
         }
         Ok(VersionRange {
             clauses,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Result};
 use futures_util::StreamExt;
 
+use super::common::Status;
 use super::rows::image_row;
-use super::Status;
 use crate::cli::{Backend, Global, ImageArgs};
 use runner_patch::apply::{apply_image, discover, Applied, Job, Options};
 use runner_patch::digest_map::{DigestMap, Recorder};
@@ -88,8 +88,8 @@ fn request(a: &ImageArgs) -> Result<Request> {
 
 /// `apply` and `plan`: plan every tag, then push (unless a dry run) and report.
 pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
-    let patches = super::load_patches(g)?;
-    let map_patch = super::map_patch_name(&patches);
+    let patches = super::common::load_patches(g)?;
+    let map_patch = super::common::map_patch_name(&patches);
     let req = request(a)?;
     // The map must be writable before any registry is touched: a tag never moves without
     // its original on disk.
@@ -106,7 +106,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         scans: Arc::new(tokio::sync::Semaphore::new(a.jobs)),
         layers: Layers::new(ScanCache::at(a.no_cache, a.cache_dir.clone())),
     });
-    super::runtime()?.block_on(run_async(run, req, a, mode, recorder.as_ref(), &map_patch))
+    super::common::runtime()?.block_on(run_async(run, req, a, mode, recorder.as_ref(), &map_patch))
 }
 
 async fn run_async(

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::Status;
+use super::common::Status;
 use crate::cli::{Global, PatchDirArgs};
 use runner_patch::patch::dir::{write_changes, DirTree};
 use runner_patch::patch::{Change, Meta, Outcome, Verdict};

@@ -3,12 +3,12 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use super::Status;
+use super::common::Status;
 use crate::cli::{Global, PatchFileArgs};
 use runner_patch::patch::Outcome;
 
 pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
-    let spec = super::load_shapes(g)?;
+    let spec = super::common::load_shapes(g)?;
     let bytes =
         std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
     let d = spec.decide(&bytes);

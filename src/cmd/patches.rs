@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::Status;
+use super::common::Status;
 use crate::cli::{Global, PatchesArgs};
 use runner_patch::patch::catalogue::{catalogue, is_path};
 use runner_patch::patch::{load_folder, Patch};

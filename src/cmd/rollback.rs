@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::Status;
+use super::common::Status;
 use crate::cli::{Global, RollbackArgs};
 use runner_patch::digest_map::DigestMap;
 use runner_patch::registry::Registry;
@@ -43,7 +43,7 @@ pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
     let repos = map.repos()?;
     let todo = wanted(&map)?;
     let kept = provenance_kept(&map)?;
-    let rt = super::runtime()?;
+    let rt = super::common::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
         let (moves, failed) = restore_all(&reg, &todo, a.dry_run).await;

@@ -5,7 +5,7 @@
 use anyhow::{bail, Result};
 use serde_json::json;
 
-use super::Status;
+use super::common::Status;
 use crate::cli::{Global, VerifyArgs};
 use runner_patch::digest_map::DigestMap;
 use runner_patch::patch::Outcome;
@@ -76,7 +76,7 @@ fn text(c: &ImageCheck) -> String {
 
 pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     let checks = Checks {
-        requested: super::load_patches(g)?,
+        requested: super::common::load_patches(g)?,
         known: runner_patch::patch::catalogue::catalogue(g.patches_dir.as_deref())?,
         layers: Default::default(),
     };
@@ -91,7 +91,7 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     if let Some(m) = &map {
         repos.extend(m.repos()?);
     }
-    let rt = super::runtime()?;
+    let rt = super::common::runtime()?;
     rt.block_on(async {
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
         let (checks, skipped) = check_all(&reg, &checks, map.as_ref(), a).await?;

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::patch::error::Error;
+use crate::patch::error::{Error, ErrorKind};
 use crate::patch::kind::{Description, Patch, PatchKind};
-use crate::patch::kinds::Source;
 use crate::patch::meta::{at_line, toml_error, Common, Meta};
+use crate::patch::source::Source;
 use crate::patch::tree::Tree;
 use crate::patch::verdict::Verdict;
 
@@ -206,8 +206,8 @@ impl PatchKind for EnvPatch {
         false
     }
 
-    fn edit_config(&self, config: &Value) -> Result<Option<Value>, String> {
-        EnvPatch::edit_config(self, config)
+    fn edit_config(&self, config: &Value) -> Result<Option<Value>, Error> {
+        EnvPatch::edit_config(self, config).map_err(|e| Error::new(ErrorKind::Invalid, e))
     }
 
     fn describe(&self) -> Description {

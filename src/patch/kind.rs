@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::patch::error::Error;
 use crate::patch::meta::Meta;
 use crate::patch::outcome::Outcome;
 use crate::patch::tree::{Layered, Tree};
@@ -50,7 +51,7 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     }
     /// The config as this patch leaves it (`None`: unchanged), for `verify` to replay what a
     /// run did to the original config.
-    fn edit_config(&self, _config: &Value) -> Result<Option<Value>, String> {
+    fn edit_config(&self, _config: &Value) -> Result<Option<Value>, Error> {
         Ok(None)
     }
     /// `verify`'s check that a patched image carries this patch: by default, deciding again

@@ -8,26 +8,7 @@ use serde::Deserialize;
 use crate::patch::error::{Error, ErrorKind};
 use crate::patch::kind::Patch;
 use crate::patch::meta::{at_line, toml_error};
-
-/// One `patch.toml` being loaded: its text, where it was read from, and the folder holding the
-/// other files it names (`None` for built-in patches, which have no other files).
-pub struct Source<'a> {
-    pub text: &'a str,
-    pub origin: &'a str,
-    pub folder: Option<&'a Path>,
-}
-
-impl Source<'_> {
-    /// The sha256 of the patch's definition: its `patch.toml` and, after it, the bytes of the
-    /// files it names, for the provenance statement.
-    pub fn definition_digest(&self, files: &[&[u8]]) -> String {
-        let mut all = self.text.as_bytes().to_vec();
-        for f in files {
-            all.extend_from_slice(f);
-        }
-        crate::digest::sha256(&all)
-    }
-}
+use crate::patch::source::Source;
 
 /// A kind: its name in `patch.toml` and its loader.
 pub struct KindEntry {

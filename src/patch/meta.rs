@@ -168,10 +168,10 @@ pub fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error {
 }
 
 /// Parses an RFC 3339 time into Unix seconds.
-pub fn parse_rfc3339(s: &str) -> Result<u64, String> {
+pub fn parse_rfc3339(s: &str) -> Result<u64, Error> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{s:?} is not an RFC 3339 time: {e}"))?;
-    u64::try_from(t.unix_timestamp()).map_err(|_| format!("{s:?} is before 1970"))
+        .map_err(|e| invalid(format!("{s:?} is not an RFC 3339 time: {e}")))?;
+    u64::try_from(t.unix_timestamp()).map_err(|_| invalid(format!("{s:?} is before 1970")))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod kinds;
 pub mod meta;
 pub mod outcome;
 pub mod shapes;
+pub mod source;
 pub mod tree;
 pub mod verdict;
 

@@ -24,7 +24,7 @@ pub(crate) async fn companions(
         };
         let (original_digest, patched) = destination(p);
         if patched.is_some() {
-            crate::tags::check(&target_companion).map_err(Error::Image)?;
+            crate::tags::check(&target_companion).map_err(|e| Error::Tag(e.to_string()))?;
         }
         out.push(Companion {
             platform: p.platform.clone(),

@@ -24,7 +24,7 @@ pub async fn plan_image(
 ) -> Result<ImagePlan, Error> {
     let top = run.reg.manifest_get(&source.at_tag(tag)).await?;
     let src = format!("{source}:{tag}");
-    let parsed = image::Top::parse(&top, &src).map_err(Error::Image)?;
+    let parsed = image::Top::parse(&top, &src)?;
     let kind = top
         .kind()
         .ok_or_else(|| Error::Image(format!("{src} is neither a manifest nor an index")))?;
@@ -39,7 +39,7 @@ pub async fn plan_image(
         Kind::Index(_) => companions(&run.reg, source, tag, target_tag, &platforms)
             .await
             .map_err(|e| match e {
-                Error::Image(m) => Error::Image(format!("companion of {src}: {m}")),
+                Error::Tag(m) => Error::Tag(format!("companion of {src}: {m}")),
                 other => other,
             })?,
         Kind::Manifest(_) => Vec::new(),
@@ -168,7 +168,7 @@ fn new_top(
             })
         })
         .collect();
-    let (doc, _) = rewrite::index_replace(top, &replaced).map_err(Error::Build)?;
-    let doc = rewrite::index_record_original(&doc, &top.digest).map_err(Error::Build)?;
+    let (doc, _) = rewrite::index_replace(top, &replaced)?;
+    let doc = rewrite::index_record_original(&doc, &top.digest)?;
     Ok(Some(doc))
 }

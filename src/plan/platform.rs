@@ -64,7 +64,7 @@ pub(crate) async fn plan_platform(
         family,
         config: config_desc,
         layers,
-    } = image::Manifest::parse(&manifest, &what).map_err(Error::Image)?;
+    } = image::Manifest::parse(&manifest, &what)?;
     let config = run
         .reg
         .blob_get_small(repo, &config_desc, media::CONFIG_MAX_BYTES)
@@ -173,8 +173,7 @@ fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<
                 &config_digest,
                 stack.config.len() as u64,
             )
-            .and_then(|m| rewrite::annotate_base(&m, &base, &original.manifest.digest))
-            .map_err(Error::Build)?;
+            .and_then(|m| rewrite::annotate_base(&m, &base, &original.manifest.digest))?;
             plan.new = Some(NewImage {
                 layers: stack.layers,
                 config: stack.config,
@@ -269,8 +268,7 @@ impl Stack {
                 &original.config_desc.digest,
                 &original.manifest.digest,
                 id,
-            )
-            .map_err(Error::Build)?;
+            )?;
         }
         // The next patch decides on what this one left (its config included).
         let now: Value = serde_json::from_slice(&self.config)
@@ -305,8 +303,7 @@ impl Stack {
             &meta.mtime,
             &meta.title,
             base_layers,
-        )
-        .map_err(Error::Build)?;
+        )?;
         self.manifest = rewrite::manifest_append(
             &self.manifest,
             "",
@@ -314,8 +311,7 @@ impl Stack {
             &new_layer.media_type,
             &new_layer.digest,
             new_layer.bytes.len() as u64,
-        )
-        .map_err(Error::Build)?;
+        )?;
         self.layers.push(new_layer);
         Ok(())
     }

@@ -33,6 +33,11 @@ pub enum Error {
     /// A manifest, index or config is not what it says it is.
     #[error("{0}")]
     Image(String),
+    #[error(transparent)]
+    Media(#[from] crate::media::Error),
+    /// A target tag the registry would refuse.
+    #[error("{0}")]
+    Tag(String),
     /// Building a new layer, config or manifest failed.
     #[error("{0}")]
     Build(String),

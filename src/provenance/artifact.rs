@@ -142,8 +142,7 @@ pub async fn copy_attached(
         if !is_provenance(&d) {
             continue;
         }
-        let desc = Descriptor::from_json(&d, &format!("referrers of {}", subject.digest))
-            .map_err(Error::Invalid)?;
+        let desc = Descriptor::from_json(&d, &format!("referrers of {}", subject.digest))?;
         let manifest = reg.manifest_get(&source.at_digest(&desc.digest)).await?;
         let layer = manifest.json["layers"].get(0).ok_or_else(|| {
             Error::Invalid(format!(
@@ -151,8 +150,7 @@ pub async fn copy_attached(
                 desc.digest
             ))
         })?;
-        let ldesc = Descriptor::from_json(layer, &format!("provenance {} layers[0]", desc.digest))
-            .map_err(Error::Invalid)?;
+        let ldesc = Descriptor::from_json(layer, &format!("provenance {} layers[0]", desc.digest))?;
         let statement = reg.blob_get_small(source, &ldesc, 4 * 1024 * 1024).await?;
         let a = Attachment {
             platform: String::new(),

@@ -140,7 +140,7 @@ async fn fetch(
         ));
         return Ok(None);
     };
-    let ldesc = Descriptor::from_json(layer, &format!("{at} layers")).map_err(Error::Invalid)?;
+    let ldesc = Descriptor::from_json(layer, &format!("{at} layers"))?;
     let bytes = match reg.blob_get_small(repo, &ldesc, 4 * 1024 * 1024).await {
         Ok(b) => b,
         Err(e) => {

@@ -10,6 +10,8 @@ pub enum Error {
     /// A referrer, statement or artifact is not of the form this tool reads or writes.
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Media(#[from] crate::media::Error),
     /// Writing a statement file (`--provenance-dir`) failed.
     #[error("{0}")]
     Io(String),

@@ -16,9 +16,12 @@ pub enum Error {
     /// The registry serves something else than what was pushed.
     #[error("{0}")]
     Served(String),
-    /// The plan has nothing to push, or a manifest in it cannot be read.
+    /// The plan has nothing to push.
     #[error("{0}")]
     Plan(String),
+    /// A manifest to push or copy cannot be read.
+    #[error(transparent)]
+    Media(#[from] crate::media::Error),
     /// What was being done when the error happened.
     #[error("{context}: {error}")]
     Context { context: String, error: Box<Error> },

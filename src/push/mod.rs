@@ -34,7 +34,7 @@ pub async fn copy_image(
         return Ok(s.rep);
     }
     let what = format!("{source}@{}", doc.digest);
-    let children: Vec<Document> = match crate::image::Top::parse(doc, &what).map_err(Error::Plan)? {
+    let children: Vec<Document> = match crate::image::Top::parse(doc, &what)? {
         crate::image::Top::Index(index) => {
             let mut v = Vec::new();
             for c in &index.children {

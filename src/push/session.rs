@@ -102,6 +102,6 @@ impl<'a> Session<'a> {
 
 /// The config and layer descriptors of a manifest.
 pub(crate) fn descriptors(doc: &Document) -> Result<Vec<Descriptor>, Error> {
-    let m = crate::image::Manifest::parse(doc, &doc.digest).map_err(Error::Plan)?;
+    let m = crate::image::Manifest::parse(doc, &doc.digest)?;
     Ok(m.blobs().cloned().collect())
 }

@@ -202,7 +202,7 @@ impl Store for Layout {
             ));
         }
         let doc = Document::parse(bytes, "the manifest")
-            .map_err(|e| err("reading manifest", &what, e))?;
+            .map_err(|e| err("reading manifest", &what, e.to_string()))?;
         if !MANIFEST_ACCEPT.contains(&doc.media_type.as_str()) {
             return Err(err(
                 op,

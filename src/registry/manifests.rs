@@ -96,8 +96,9 @@ impl Http {
                 ));
             }
         }
-        let doc = Document::parse(body, "the manifest")
-            .map_err(|detail| RegistryError::new("reading manifest", &what, detail, None))?;
+        let doc = Document::parse(body, "the manifest").map_err(|detail| {
+            RegistryError::new("reading manifest", &what, detail.to_string(), None)
+        })?;
         if doc.media_type != ct {
             return Err(RegistryError::new(
                 op,

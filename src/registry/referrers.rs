@@ -77,6 +77,6 @@ impl Http {
             .map_err(|detail| RegistryError::new(op, &what, detail, None))?;
         Document::parse(body, "the referrers index")
             .map(Some)
-            .map_err(|detail| RegistryError::new(op, &what, detail, None))
+            .map_err(|detail| RegistryError::new(op, &what, detail.to_string(), None))
     }
 }

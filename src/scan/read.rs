@@ -299,6 +299,73 @@ impl From<io::Error> for Stop {
     }
 }
 
+/// Records a whiteout (`.wh.NAME`) or an opaque directory (`.wh..wh..opq`) of this layer.
+fn whiteout(
+    scan: &mut LayerScan,
+    keeper: &mut Keeper<'_>,
+    parent: &str,
+    hidden: &str,
+    digest: &str,
+) -> Result<(), Stop> {
+    let (set, at) = if hidden == ".wh..opq" {
+        (&mut scan.opaques, parent.to_owned())
+    } else if parent.is_empty() {
+        (&mut scan.whiteouts, hidden.to_owned())
+    } else {
+        (&mut scan.whiteouts, format!("{parent}/{hidden}"))
+    };
+    keeper.counts.whiteouts += 1;
+    keeper
+        .take(at.len() as u64 + ITEM_OVERHEAD, digest)
+        .map_err(Stop::Refused)?;
+    set.insert(at);
+    Ok(())
+}
+
+/// Keeps a wanted file's entry: its header fields, and its content when it is a regular file.
+fn keep_target<R: Read>(
+    entry: &mut tar::Entry<R>,
+    path: String,
+    etype: tar::EntryType,
+    scan: &mut LayerScan,
+    keeper: &mut Keeper<'_>,
+    digest: &str,
+) -> Result<(), Stop> {
+    let header = entry.header();
+    let kind = match etype {
+        tar::EntryType::Regular | tar::EntryType::Continuous => EntryKind::Regular,
+        tar::EntryType::Symlink => EntryKind::Symlink(link_name(entry)),
+        tar::EntryType::Link => EntryKind::Hardlink(link_name(entry)),
+        other => EntryKind::Other(format!("{other:?}")),
+    };
+    let mut found = FileEntry {
+        path: path.clone(),
+        kind,
+        mode: header.mode()?,
+        uid: header.uid()?,
+        gid: header.gid()?,
+        uname: header.username().ok().flatten().map(str::to_owned),
+        gname: header.groupname().ok().flatten().map(str::to_owned),
+        mtime: header.mtime()?,
+        content: Arc::default(),
+    };
+    if found.kind == EntryKind::Regular {
+        found.content = Arc::new(read_kept(entry, &path, digest, keeper, |c| c.targets += 1)?);
+    } else {
+        keeper.counts.targets += 1;
+        keeper
+            .take(path.len() as u64 + ITEM_OVERHEAD, digest)
+            .map_err(Stop::Refused)?;
+    }
+    // The same path twice: the later entry is what extraction leaves.
+    if let Some(i) = scan.targets.iter().position(|t| t.path == path) {
+        let old = scan.targets.remove(i);
+        keeper.give_back(old.content.len() as u64 + old.path.len() as u64 + ITEM_OVERHEAD);
+    }
+    scan.targets.push(found);
+    Ok(())
+}
+
 pub(super) fn scan_entries<R: Read>(
     archive: &mut tar::Archive<Metered<R>>,
     allowance: &Rc<Cell<u64>>,
@@ -335,18 +402,7 @@ pub(super) fn scan_entries<R: Read>(
         let path = normalize(&String::from_utf8_lossy(&raw_path));
         let (parent, name) = split_parent(&path);
         if let Some(hidden) = name.strip_prefix(".wh.") {
-            let (set, at) = if hidden == ".wh..opq" {
-                (&mut scan.opaques, parent.to_owned())
-            } else if parent.is_empty() {
-                (&mut scan.whiteouts, hidden.to_owned())
-            } else {
-                (&mut scan.whiteouts, format!("{parent}/{hidden}"))
-            };
-            keeper.counts.whiteouts += 1;
-            keeper
-                .take(at.len() as u64 + ITEM_OVERHEAD, &digest)
-                .map_err(Stop::Refused)?;
-            set.insert(at);
+            whiteout(scan, keeper, parent, hidden, &digest)?;
             io::copy(&mut entry, &mut io::sink())?;
             continue;
         }
@@ -357,40 +413,7 @@ pub(super) fn scan_entries<R: Read>(
                 .push(index_key(&path) | NodeKind::of(etype).code());
         }
         if wanted.is_target(&path) {
-            let header = entry.header();
-            let kind = match etype {
-                tar::EntryType::Regular | tar::EntryType::Continuous => EntryKind::Regular,
-                tar::EntryType::Symlink => EntryKind::Symlink(link_name(&entry)),
-                tar::EntryType::Link => EntryKind::Hardlink(link_name(&entry)),
-                other => EntryKind::Other(format!("{other:?}")),
-            };
-            let mut found = FileEntry {
-                path: path.clone(),
-                kind,
-                mode: header.mode()?,
-                uid: header.uid()?,
-                gid: header.gid()?,
-                uname: header.username().ok().flatten().map(str::to_owned),
-                gname: header.groupname().ok().flatten().map(str::to_owned),
-                mtime: header.mtime()?,
-                content: Arc::default(),
-            };
-            if found.kind == EntryKind::Regular {
-                found.content = Arc::new(read_kept(&mut entry, &path, &digest, keeper, |c| {
-                    c.targets += 1
-                })?);
-            } else {
-                keeper.counts.targets += 1;
-                keeper
-                    .take(path.len() as u64 + ITEM_OVERHEAD, &digest)
-                    .map_err(Stop::Refused)?;
-            }
-            // The same path twice: the later entry is what extraction leaves.
-            if let Some(i) = scan.targets.iter().position(|t| t.path == path) {
-                let old = scan.targets.remove(i);
-                keeper.give_back(old.content.len() as u64 + old.path.len() as u64 + ITEM_OVERHEAD);
-            }
-            scan.targets.push(found);
+            keep_target(&mut entry, path, etype, scan, keeper, &digest)?;
         } else if wanted.is_pyc(&path) && etype != tar::EntryType::Directory {
             if !scan.pycs.contains(&path) {
                 keeper.counts.pycs += 1;

@@ -21,7 +21,7 @@ async fn platforms(
     top: &Document,
 ) -> Result<Vec<(String, Document)>, Error> {
     let what = format!("{repo}@{}", top.digest);
-    match image::Top::parse(top, &what).map_err(Error::Invalid)? {
+    match image::Top::parse(top, &what)? {
         image::Top::Index(index) => {
             let mut out = Vec::new();
             for c in index.platforms() {

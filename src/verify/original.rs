@@ -128,8 +128,7 @@ pub(crate) async fn check(
     let ocd = Descriptor::from_json(
         orig.json.get("config").unwrap_or(&Value::Null),
         "original config",
-    )
-    .map_err(Error::Invalid)?;
+    )?;
     let bytes = s
         .reg
         .blob_get_small(orig_repo, &ocd, media::CONFIG_MAX_BYTES)

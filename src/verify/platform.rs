@@ -39,7 +39,7 @@ pub async fn verify_platform(
         family,
         config: cfg_desc,
         layers,
-    } = image::Manifest::parse(manifest, &what).map_err(Error::Invalid)?;
+    } = image::Manifest::parse(manifest, &what)?;
     let bytes = reg
         .blob_get_small(repo, &cfg_desc, media::CONFIG_MAX_BYTES)
         .await?;

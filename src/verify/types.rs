@@ -21,6 +21,8 @@ pub enum Error {
     /// An appended layer could not be read.
     #[error("{0}")]
     Scan(String),
+    #[error(transparent)]
+    Media(#[from] crate::media::Error),
     /// A manifest, config or reference is not of the form it must have.
     #[error("{0}")]
     Invalid(String),

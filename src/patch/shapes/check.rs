@@ -2,7 +2,7 @@
 //! top-most copy of each file comes from a layer this tool added, has the patched shape, has no
 //! other copy below it that the patch does not cover, and no stale bytecode is visible.
 
-use super::PatchSpec;
+use super::spec::PatchSpec;
 use crate::patch::outcome::Outcome;
 use crate::patch::tree::Layered;
 use crate::patch::verdict::Checked;

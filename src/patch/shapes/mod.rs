@@ -16,9 +16,9 @@ pub use spec::{Block, FileDecision, FileSpec, Guard, PatchSpec, Shape};
 
 use crate::patch::error::Error;
 use crate::patch::kind::{Description, Patch, PatchKind};
-use crate::patch::kinds::Source;
 use crate::patch::meta::{toml_error, Common, Meta};
 use crate::patch::outcome::Outcome;
+use crate::patch::source::Source;
 use crate::patch::tree::{Layered, Tree};
 use crate::patch::verdict::{About, Change, Checked, Verdict};
 use crate::scan::{EntryKind, FileEntry};

@@ -190,7 +190,7 @@ fix_b()
 """
 "##;
     let load = |t: &str| {
-        ShapesPatch::load(&crate::patch::kinds::Source {
+        ShapesPatch::load(&crate::patch::source::Source {
             text: t,
             origin: "two/patch.toml",
             folder: None,

@@ -177,7 +177,8 @@ impl Layout {
             .into_iter()
             .flatten()
         {
-            let d = Descriptor::from_json(child, &what).map_err(|e| err("tagging", &what, e))?;
+            let d = Descriptor::from_json(child, &what)
+                .map_err(|e| err("tagging", &what, e.to_string()))?;
             let path = blob_path(&dir.path, &d.digest).ok_or_else(|| missing(&d.digest))?;
             let bytes = tokio::fs::read(&path)
                 .await
@@ -196,7 +197,8 @@ impl Layout {
             }
         }
         for b in blobs {
-            let d = Descriptor::from_json(&b, &what).map_err(|e| err("tagging", &what, e))?;
+            let d = Descriptor::from_json(&b, &what)
+                .map_err(|e| err("tagging", &what, e.to_string()))?;
             let present = blob_path(&dir.path, &d.digest).is_some_and(|p| p.is_file());
             if !present && !media::is_foreign(&d) {
                 return Err(missing(&d.digest));

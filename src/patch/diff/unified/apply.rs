@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::types::{FileDiff, Op};
+use super::types::{FileDiff, Hunk, Op};
 
 /// A file's lines, with what must be written back as it was.
 struct Text {
@@ -88,6 +88,55 @@ impl fmt::Display for Mismatch {
     }
 }
 
+/// Where one hunk applies in `src`: the position nearest its nominal line (moved by the
+/// previous hunk's offset), searched outward, at or after `done`; `None` when its context is
+/// nowhere.
+fn place(src: &[(Vec<u8>, bool)], h: &Hunk, done: usize, carry: isize) -> Option<(usize, usize)> {
+    let old: Vec<(&[u8], bool)> = h
+        .lines
+        .iter()
+        .filter(|l| l.op != Op::Add)
+        .map(|l| (l.text.as_slice(), !l.no_eol))
+        .collect();
+    let lead = h.lines.iter().take_while(|l| l.op == Op::Context).count();
+    let trail = h
+        .lines
+        .iter()
+        .rev()
+        .take_while(|l| l.op == Op::Context)
+        .count();
+    // `-5,0` inserts after line 5; `-5,3` starts at line 5.
+    let nominal = if h.old_len == 0 {
+        h.old_start
+    } else {
+        h.old_start.saturating_sub(1)
+    };
+    let max_pos = src.len().checked_sub(old.len())?;
+    let fits = |pos: usize| -> bool {
+        pos >= done
+            && pos + old.len() <= src.len()
+            && old
+                .iter()
+                .zip(&src[pos..pos + old.len()])
+                .all(|((t, eol), (s, seol))| t == &s.as_slice() && eol == seol)
+            // Less context on one side means the diff was made at that end of the file.
+            && (lead >= trail || pos == 0)
+            && (trail >= lead || pos + old.len() == src.len())
+    };
+    let guess = nominal as isize + carry;
+    let span = src.len() as isize + 1;
+    for d in 0..=span {
+        let tries: &[isize] = if d == 0 { &[0] } else { &[d, -d] };
+        for &t in tries {
+            let pos = guess + t;
+            if pos >= 0 && (pos as usize) <= max_pos && fits(pos as usize) {
+                return Some((pos as usize, nominal));
+            }
+        }
+    }
+    None
+}
+
 /// Applies one file's hunks to `file` (empty for a created file). The result of a deletion is
 /// empty. Every hunk must match exactly; none is applied with fuzz.
 pub fn apply(file: &[u8], fd: &FileDiff) -> Result<(Vec<u8>, Vec<Placed>), Mismatch> {
@@ -99,56 +148,7 @@ pub fn apply(file: &[u8], fd: &FileDiff) -> Result<(Vec<u8>, Vec<Placed>), Misma
     let mut done = 0usize;
     let mut carry: isize = 0;
     for (n, h) in fd.hunks.iter().enumerate() {
-        let old: Vec<(&[u8], bool)> = h
-            .lines
-            .iter()
-            .filter(|l| l.op != Op::Add)
-            .map(|l| (l.text.as_slice(), !l.no_eol))
-            .collect();
-        let lead = h.lines.iter().take_while(|l| l.op == Op::Context).count();
-        let trail = h
-            .lines
-            .iter()
-            .rev()
-            .take_while(|l| l.op == Op::Context)
-            .count();
-        // `-5,0` inserts after line 5; `-5,3` starts at line 5.
-        let nominal = if h.old_len == 0 {
-            h.old_start
-        } else {
-            h.old_start.saturating_sub(1)
-        };
-        let max_pos = src.len().checked_sub(old.len());
-        let fits = |pos: usize| -> bool {
-            pos >= done
-                && pos + old.len() <= src.len()
-                && old
-                    .iter()
-                    .zip(&src[pos..pos + old.len()])
-                    .all(|((t, eol), (s, seol))| t == &s.as_slice() && eol == seol)
-                // Less context on one side means the diff was made at that end of the file.
-                && (lead >= trail || pos == 0)
-                && (trail >= lead || pos + old.len() == src.len())
-        };
-        let guess = nominal as isize + carry;
-        let mut found = None;
-        if let Some(max_pos) = max_pos {
-            let span = src.len() as isize + 1;
-            for d in 0..=span {
-                let tries: &[isize] = if d == 0 { &[0] } else { &[d, -d] };
-                for &t in tries {
-                    let pos = guess + t;
-                    if pos >= 0 && (pos as usize) <= max_pos && fits(pos as usize) {
-                        found = Some(pos as usize);
-                        break;
-                    }
-                }
-                if found.is_some() {
-                    break;
-                }
-            }
-        }
-        let Some(pos) = found else {
+        let Some((pos, nominal)) = place(src, h, done, carry) else {
             return Err(Mismatch {
                 hunk: n + 1,
                 line: h.old_start,
@@ -167,8 +167,13 @@ pub fn apply(file: &[u8], fd: &FileDiff) -> Result<(Vec<u8>, Vec<Placed>), Misma
                 .filter(|l| l.op != Op::Del)
                 .map(|l| (l.text.clone(), !l.no_eol)),
         );
-        done = pos + old.len();
+        done = pos + old_len(h);
     }
     out.extend_from_slice(&src[done..]);
     Ok((text.render(&out), placed))
+}
+
+/// How many lines of the old file a hunk covers.
+fn old_len(h: &Hunk) -> usize {
+    h.lines.iter().filter(|l| l.op != Op::Add).count()
 }

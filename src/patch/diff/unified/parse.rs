@@ -101,57 +101,12 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<FileDiff>, ParseError> {
         } else if l.starts_with(b"--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with(b"+++ "))
         {
             git_pending = None;
-            let old = header_path(&l[4..], no)?;
-            let new = header_path(&lines[i + 1][4..], no + 1)?;
-            match (&old, &new) {
-                (None, None) => return err(no, "both sides are /dev/null"),
-                (Some(o), Some(n)) if o != n => {
-                    return err(
-                        no,
-                        format!(
-                        "renames are not supported ({o} -> {n}); write a deletion and a creation"
-                    ),
-                    )
-                }
-                _ => {}
-            }
-            let mut fd = FileDiff {
-                old,
-                new,
-                hunks: Vec::new(),
-                line: no,
-            };
+            let (fd, next) = parse_file(&lines, i)?;
             if files.iter().any(|f| f.path() == fd.path()) {
                 return err(no, format!("{} is named twice in this diff", fd.path()));
             }
-            i += 2;
-            while i < lines.len() && lines[i].starts_with(b"@@ ") {
-                let (hunk, next) = parse_hunk(&lines, i)?;
-                fd.hunks.push(hunk);
-                i = next;
-            }
-            if fd.hunks.is_empty() {
-                return err(no, format!("{} has no hunks", fd.path()));
-            }
-            if fd.creates() && (fd.hunks.len() != 1 || fd.hunks[0].old_len != 0) {
-                return err(
-                    no,
-                    format!(
-                        "{} is created from /dev/null but its hunks remove lines",
-                        fd.path()
-                    ),
-                );
-            }
-            if fd.deletes() && (fd.hunks.len() != 1 || fd.hunks[0].new_len != 0) {
-                return err(
-                    no,
-                    format!(
-                        "{} is deleted (+++ /dev/null) but its hunks add lines",
-                        fd.path()
-                    ),
-                );
-            }
             files.push(fd);
+            i = next;
             continue;
         } else if l.starts_with(b"@@ ") {
             return err(no, "hunk without a ---/+++ file header");
@@ -165,6 +120,58 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<FileDiff>, ParseError> {
         return err(1, "no file diff (---/+++ headers with @@ hunks) found");
     }
     Ok(files)
+}
+
+/// One file's section from its `---`/`+++` header at `at`, with its hunks; the index of the
+/// line after it.
+fn parse_file(lines: &[&[u8]], at: usize) -> Result<(FileDiff, usize), ParseError> {
+    let no = at + 1;
+    let old = header_path(&lines[at][4..], no)?;
+    let new = header_path(&lines[at + 1][4..], no + 1)?;
+    match (&old, &new) {
+        (None, None) => return err(no, "both sides are /dev/null"),
+        (Some(o), Some(n)) if o != n => {
+            return err(
+                no,
+                format!("renames are not supported ({o} -> {n}); write a deletion and a creation"),
+            )
+        }
+        _ => {}
+    }
+    let mut fd = FileDiff {
+        old,
+        new,
+        hunks: Vec::new(),
+        line: no,
+    };
+    let mut i = at + 2;
+    while i < lines.len() && lines[i].starts_with(b"@@ ") {
+        let (hunk, next) = parse_hunk(lines, i)?;
+        fd.hunks.push(hunk);
+        i = next;
+    }
+    if fd.hunks.is_empty() {
+        return err(no, format!("{} has no hunks", fd.path()));
+    }
+    if fd.creates() && (fd.hunks.len() != 1 || fd.hunks[0].old_len != 0) {
+        return err(
+            no,
+            format!(
+                "{} is created from /dev/null but its hunks remove lines",
+                fd.path()
+            ),
+        );
+    }
+    if fd.deletes() && (fd.hunks.len() != 1 || fd.hunks[0].new_len != 0) {
+        return err(
+            no,
+            format!(
+                "{} is deleted (+++ /dev/null) but its hunks add lines",
+                fd.path()
+            ),
+        );
+    }
+    Ok((fd, i))
 }
 
 /// One hunk from its header at `at`: lines are read until both sides' counts are met.

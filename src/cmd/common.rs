@@ -1,0 +1,74 @@
+//! What the commands share: exit statuses, the runtime, and loading the chosen patches.
+
+use std::process::ExitCode;
+
+use crate::cli::Global;
+use runner_patch::patch::shapes::{PatchSpec, ShapesPatch};
+
+/// Exit statuses, as documented in docs/pipeline.md ("Exit status").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Success,
+    Refused,
+    Error,
+}
+
+impl From<Status> for ExitCode {
+    fn from(s: Status) -> Self {
+        match s {
+            Status::Success => ExitCode::SUCCESS,
+            Status::Refused => ExitCode::from(1),
+            Status::Error => ExitCode::from(2),
+        }
+    }
+}
+
+/// A multi-threaded runtime for one command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Loads the chosen patches (ids from the built-in catalogue or `--patches-dir`, or folders),
+/// in the order given, every one validated before any registry is touched.
+pub fn load_patches(g: &Global) -> anyhow::Result<Vec<runner_patch::patch::Patch>> {
+    let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
+    if patches.is_empty() {
+        anyhow::bail!("no patch");
+    }
+    Ok(patches)
+}
+
+/// The digest map's `patch` field for a run: the ids applied, in order, comma-separated (one
+/// id for one patch, as before stacking).
+pub fn map_patch_name(patches: &[runner_patch::patch::Patch]) -> String {
+    patches
+        .iter()
+        .map(|p| p.meta().id.clone())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The one `shapes` patch a file-level command (`patch-file`) applies.
+pub fn load_shapes(g: &Global) -> anyhow::Result<PatchSpec> {
+    let mut patches = load_patches(g)?;
+    if patches.len() > 1 {
+        anyhow::bail!(
+            "{} patches named: patch-file applies one shapes patch (patch-dir stacks several)",
+            patches.len()
+        );
+    }
+    let Some(p) = patches.pop() else {
+        anyhow::bail!("no patch");
+    };
+    match p.downcast::<ShapesPatch>() {
+        Some(s) => Ok(s.spec.clone()),
+        None => anyhow::bail!(
+            "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
+            p.meta().id,
+            p.meta().origin,
+            p.meta().kind,
+        ),
+    }
+}
