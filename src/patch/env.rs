@@ -9,16 +9,17 @@ use serde_json::{json, Value};
 
 use crate::patch::error::{Error, ErrorKind};
 use crate::patch::kind::{Description, Patch, PatchKind};
-use crate::patch::meta::{at_line, toml_error, Common, Meta};
+use crate::patch::meta::{self, at_line, toml_error, Meta};
 use crate::patch::source::Source;
 use crate::patch::tree::Tree;
 use crate::patch::verdict::Verdict;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+// The shared fields are listed so that unknown ones are refused; `meta::read` reads them.
+#[allow(dead_code)]
 struct EnvToml {
     id: toml::Spanned<String>,
-    #[allow(dead_code)]
     kind: String,
     title: String,
     #[serde(default)]
@@ -57,20 +58,7 @@ impl EnvPatch {
     fn load(src: &Source<'_>) -> Result<Self, Error> {
         let (text, origin) = (src.text, src.origin);
         let t: EnvToml = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
-        let mut meta = Common {
-            text,
-            origin,
-            id: &t.id,
-            kind: "env",
-            title: t.title,
-            services: t.services,
-            backends: t.backends,
-            package: t.package,
-            affected: t.affected,
-            mtime: t.mtime,
-        }
-        .into_meta()?;
-        meta.definition_digest = src.definition_digest(&[]);
+        let meta = meta::read(src, "env")?;
         let at = t.env.span().start;
         let env = t.env.into_inner();
         if env.set.is_empty() && env.unset.is_empty() {

@@ -2,7 +2,10 @@
 //! title, services, backends, package, affected, mtime), the checks they share, and the errors
 //! that name a patch folder's file and line.
 
+use serde::Deserialize;
+
 use crate::patch::error::{Error, ErrorKind};
+use crate::patch::source::Source;
 use crate::scan::FileEntry;
 use crate::version::VersionRange;
 
@@ -71,7 +74,43 @@ impl Meta {
     }
 }
 
-/// The fields every kind's `patch.toml` holds, as read (kinds read them beside their own).
+/// The shared fields as any kind's `patch.toml` holds them; each kind reads its own fields
+/// (and rejects unknown ones) itself.
+#[derive(Deserialize)]
+struct CommonToml {
+    id: toml::Spanned<String>,
+    title: String,
+    #[serde(default)]
+    services: Vec<String>,
+    #[serde(default)]
+    backends: Vec<String>,
+    package: Option<String>,
+    affected: Option<VersionRange>,
+    mtime: Option<String>,
+}
+
+/// Reads and checks the fields every kind shares from a `patch.toml` of kind `kind`.
+pub fn read(src: &Source<'_>, kind: &'static str) -> Result<Meta, Error> {
+    let t: CommonToml =
+        toml::from_str(src.text).map_err(|e| toml_error(src.origin, src.text, &e))?;
+    let mut meta = Common {
+        text: src.text,
+        origin: src.origin,
+        id: &t.id,
+        kind,
+        title: t.title,
+        services: t.services,
+        backends: t.backends,
+        package: t.package,
+        affected: t.affected,
+        mtime: t.mtime,
+    }
+    .into_meta()?;
+    meta.definition_digest = src.definition_digest(&[]);
+    Ok(meta)
+}
+
+/// The fields every kind's `patch.toml` holds, as read.
 pub struct Common<'a> {
     pub text: &'a str,
     pub origin: &'a str,

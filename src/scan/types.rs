@@ -57,6 +57,23 @@ pub struct FileEntry {
     pub content: Arc<Vec<u8>>,
 }
 
+impl FileEntry {
+    /// A regular file this tool creates where none was: root-owned, no user or group names.
+    pub fn created(path: String, content: Vec<u8>, mode: u32, mtime: u64) -> Self {
+        FileEntry {
+            path,
+            kind: EntryKind::Regular,
+            mode,
+            uid: 0,
+            gid: 0,
+            uname: None,
+            gname: None,
+            mtime,
+            content: Arc::new(content),
+        }
+    }
+}
+
 /// A count of kept bytes shared by every scan of a run, so that many layers each under the
 /// per-layer cap cannot together exhaust memory.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ pub mod unified;
 
 use crate::patch::error::{Error, ErrorKind};
 use crate::patch::kind::{Description, Patch, PatchKind};
-use crate::patch::meta::{at_line, toml_error, Common, Meta};
+use crate::patch::meta::{self, at_line, toml_error, Meta};
 use crate::patch::source::Source;
 use crate::patch::tree::{join, Tree};
 use crate::patch::verdict::{Change, Verdict};
@@ -21,9 +21,10 @@ use unified::FileDiff;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+// The shared fields are listed so that unknown ones are refused; `meta::read` reads them.
+#[allow(dead_code)]
 struct DiffToml {
     id: toml::Spanned<String>,
-    #[allow(dead_code)]
     kind: String,
     title: String,
     #[serde(default)]
@@ -104,19 +105,7 @@ impl DiffPatch {
     fn load(src: &Source<'_>) -> Result<Self, Error> {
         let (text, origin) = (src.text, src.origin);
         let t: DiffToml = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
-        let mut meta = Common {
-            text,
-            origin,
-            id: &t.id,
-            kind: "diff",
-            title: t.title,
-            services: t.services,
-            backends: t.backends,
-            package: None,
-            affected: t.affected,
-            mtime: t.mtime,
-        }
-        .into_meta()?;
+        let mut meta = meta::read(src, "diff")?;
         let package = package_name(src, &t.package)?;
         let (diff_name, bytes) = read_diff(src, &t.diff)?;
         let path = src.folder.map(|f| f.join(&diff_name)).unwrap_or_default();
@@ -297,17 +286,12 @@ impl DiffPatch {
                 content: std::sync::Arc::new(bytes),
                 ..orig
             }),
-            (Some(bytes), None) => Change::Write(FileEntry {
-                path: path.to_owned(),
-                kind: EntryKind::Regular,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                uname: None,
-                gname: None,
-                mtime: self.meta.mtime_secs,
-                content: std::sync::Arc::new(bytes),
-            }),
+            (Some(bytes), None) => Change::Write(FileEntry::created(
+                path.to_owned(),
+                bytes,
+                0o644,
+                self.meta.mtime_secs,
+            )),
         }
     }
 

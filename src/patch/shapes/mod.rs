@@ -3,7 +3,6 @@
 //! bytes alone, whether it is patched, already patched, not affected, or refused, and its
 //! implementation of the patch interface. No I/O here, so every shape decision is table-testable.
 
-use serde::Deserialize;
 use serde_json::json;
 
 mod check;
@@ -16,7 +15,7 @@ pub use spec::{Block, FileDecision, FileSpec, Guard, PatchSpec, Shape};
 
 use crate::patch::error::Error;
 use crate::patch::kind::{Description, Patch, PatchKind};
-use crate::patch::meta::{toml_error, Common, Meta};
+use crate::patch::meta::{self, Meta};
 use crate::patch::outcome::Outcome;
 use crate::patch::source::Source;
 use crate::patch::tree::{Layered, Tree};
@@ -28,11 +27,6 @@ use crate::scan::{EntryKind, FileEntry};
 pub struct ShapesPatch {
     pub meta: Meta,
     pub spec: PatchSpec,
-}
-
-#[derive(Deserialize)]
-struct IdOnly {
-    id: toml::Spanned<String>,
 }
 
 /// Loads and checks a `shapes` patch.toml: the spec plus the fields every kind shares.
@@ -50,23 +44,7 @@ impl ShapesPatch {
                 format!("{origin}: kind must be \"shapes\" here"),
             ));
         }
-        let id: toml::Spanned<String> = toml::from_str::<IdOnly>(text)
-            .map_err(|e| toml_error(origin, text, &e))?
-            .id;
-        let mut meta = Common {
-            text,
-            origin,
-            id: &id,
-            kind: "shapes",
-            title: spec.title.clone(),
-            services: spec.services.clone(),
-            backends: spec.backends.clone(),
-            package: Some(spec.package.clone()),
-            affected: Some(spec.affected.clone()),
-            mtime: Some(spec.mtime.clone()),
-        }
-        .into_meta()?;
-        meta.definition_digest = src.definition_digest(&[]);
+        let meta = meta::read(src, "shapes")?;
         Ok(ShapesPatch { meta, spec })
     }
 
