@@ -480,32 +480,6 @@ impl Tool {
     }
 }
 
-/// Runs the built binary in `cwd` with `args`.
-pub fn cli(cwd: &Path, args: &[&str]) -> Run {
-    cli_env(cwd, args, &[])
-}
-
-/// Runs the built binary with extra environment variables (and no inherited auth settings).
-pub fn cli_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    Tool::new(args[0])
-        .cwd(cwd)
-        .args(&args[1..])
-        .envs(env.iter().copied())
-        .run()
-}
-
-/// `runner-patch apply --json` against this registry; returns the run.
-pub fn apply(reg: &Registry, cwd: &Path, backend: &str, tags: &[&str], extra: &[&str]) -> Run {
-    Tool::new("apply")
-        .cwd(cwd)
-        .backend(backend)
-        .repo(reg.repo())
-        .json()
-        .tags(tags)
-        .args(extra)
-        .run()
-}
-
 /// Runs an outside tool (skopeo, umoci, ...) and returns its stdout; fails the test if it fails.
 pub fn run_tool(bin: &str, args: &[&str]) -> Vec<u8> {
     need(bin);
