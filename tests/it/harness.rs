@@ -1,5 +1,8 @@
 //! Test harness: a throw-away registry process, fixture seeding, the CLI, and the independent
 //! clients (skopeo, umoci, GNU tar) used to check what the tool pushed.
+//!
+//! The Python tools (fixtures, test support) are modules of the repository run with `python3 -m`
+//! from its root (see `python`), so that they import the shared `imagekit` package as such.
 
 #![allow(dead_code)]
 
@@ -17,6 +20,14 @@ pub const REPO: &str = "gpustack/runner";
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `python3 -m MODULE` (e.g. `fixtures.build`, `tests.support.provenance`) from the repository
+/// root, where the module finds `imagekit` and its sibling modules as packages.
+pub fn python(module: &str) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", module]).current_dir(root());
+    cmd
 }
 
 fn need(bin: &str) {
@@ -136,8 +147,7 @@ impl Registry {
             .dir
             .path()
             .join(format!("summary-{}.json", only.join(",")));
-        let out = Command::new("python3")
-            .arg(root().join("fixtures/build.py"))
+        let out = python("fixtures.build")
             .args([
                 "--registry",
                 &self.addr,
@@ -149,7 +159,7 @@ impl Registry {
             ])
             .arg(&summary)
             .output()
-            .expect("run fixtures/build.py");
+            .expect("run fixtures.build");
         assert!(
             out.status.success(),
             "fixture build failed: {}",
@@ -602,8 +612,7 @@ pub fn served(reference: &str) -> String {
 
 /// Makes an altered copy of a patched tag with `fixtures/alter.py`; returns its JSON line.
 pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
-    let out = Command::new("python3")
-        .arg(root().join("fixtures/alter.py"))
+    let out = python("fixtures.alter")
         .args([
             "--registry",
             &reg.addr,
@@ -617,7 +626,7 @@ pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
             out_tag,
         ])
         .output()
-        .expect("run fixtures/alter.py");
+        .expect("run fixtures.alter");
     assert!(
         out.status.success(),
         "alter.py {how} failed: {}",

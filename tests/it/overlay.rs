@@ -4,7 +4,6 @@
 //! nothing pushed, and umoci (which we did not write) confirms what the container sees.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,8 +16,7 @@ const TARGET: &str = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connect
 
 /// Pushes `from` with one crafted layer on top under `out_tag` (see fixtures/craft.py).
 fn craft(reg: &Registry, from: &str, how: &str, out_tag: &str, extra: &[&str]) -> Value {
-    let out = Command::new("python3")
-        .arg(root().join("fixtures/craft.py"))
+    let out = python("fixtures.craft")
         .args([
             "--registry",
             &reg.addr,
@@ -33,7 +31,7 @@ fn craft(reg: &Registry, from: &str, how: &str, out_tag: &str, extra: &[&str]) -
         ])
         .args(extra)
         .output()
-        .expect("run fixtures/craft.py");
+        .expect("run fixtures.craft");
     assert!(
         out.status.success(),
         "craft.py {how} failed: {}",
