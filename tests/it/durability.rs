@@ -32,7 +32,7 @@ impl Setup {
         let work = tempfile::tempdir().expect("tmp");
         std::fs::write(work.path().join("plan.json"), "[]").expect("plan");
         let proxy = Daemon::start(
-            "fault_proxy.py",
+            "fault_proxy",
             &[
                 "--upstream",
                 &reg.addr,

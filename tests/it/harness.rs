@@ -635,31 +635,30 @@ pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("alter.py json")
 }
 
-/// A helper process from `tests/support` (token server, fault proxy): started, its one JSON
-/// ready-line read, killed on drop.
+/// A helper process from `tests/support` (token server, fault proxy), named by its module there
+/// (`fault_proxy`): started, its one JSON ready-line read, killed on drop.
 pub struct Daemon {
     child: Child,
     pub ready: Value,
 }
 
 impl Daemon {
-    pub fn start(script: &str, args: &[&str]) -> Self {
+    pub fn start(module: &str, args: &[&str]) -> Self {
         use std::io::BufRead;
-        let mut child = Command::new("python3")
-            .arg(root().join("tests/support").join(script))
+        let mut child = python(&format!("tests.support.{module}"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("{script}: {e}"));
+            .unwrap_or_else(|e| panic!("{module}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         std::io::BufReader::new(stdout)
             .read_line(&mut line)
             .expect("ready line");
         let ready = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("{script} ready-line {line:?}: {e}"));
+            .unwrap_or_else(|e| panic!("{module} ready-line {line:?}: {e}"));
         Daemon { child, ready }
     }
 

@@ -49,7 +49,7 @@ fn setup(case: &str, extra: &[&str]) -> Setup {
         "300",
     ];
     args.extend_from_slice(extra);
-    let hostile = Daemon::start("hostile_registry.py", &args);
+    let hostile = Daemon::start("hostile_registry", &args);
     Setup {
         reg,
         hostile,

@@ -401,7 +401,7 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
     let plan_file = w.join("faults.json");
     std::fs::write(&plan_file, "[]").expect("plan");
     let proxy = Daemon::start(
-        "fault_proxy.py",
+        "fault_proxy",
         &[
             "--upstream",
             &reg.addr,

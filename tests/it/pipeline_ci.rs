@@ -63,8 +63,7 @@ fn serve_dir(dir: PathBuf) -> String {
 fn registry_with_password() -> (Registry, Value) {
     let mut reg = Registry::start();
     let seeded = reg.seed(DEMO_CUDA);
-    let out = Command::new("python3")
-        .arg(root().join("tests/support/registry_auth.py"))
+    let out = python("tests.support.registry_auth")
         .args(["htpasswd", "--dir"])
         .arg(reg.dir.path())
         .args(["--user", USER, "--password", PASSWORD])
@@ -99,9 +98,8 @@ fn run_example(reg: &Registry, work: &Path, secrets: &[(&str, &str)]) -> (i32, S
     )
     .expect("write");
     let http = serve_dir(dl);
-    let mut cmd = Command::new("python3");
-    cmd.arg(root().join("tests/support/run_workflow.py"))
-        .arg(root().join("examples/github-actions/patch-runner.yml"))
+    let mut cmd = python("tests.support.run_workflow");
+    cmd.arg(root().join("examples/github-actions/patch-runner.yml"))
         .arg("--work")
         .arg(work.join("wf"))
         .args(["--input", "backend=cuda"])

@@ -11,8 +11,7 @@ use crate::harness::*;
 
 /// Runs tests/support/provenance.py; returns its JSON answer.
 fn prov(reg: &Registry, command: &str, digest: &str, extra: &[&str]) -> Value {
-    let out = Command::new("python3")
-        .arg(root().join("tests/support/provenance.py"))
+    let out = python("tests.support.provenance")
         .args([
             command,
             "--registry",
@@ -24,7 +23,7 @@ fn prov(reg: &Registry, command: &str, digest: &str, extra: &[&str]) -> Value {
         ])
         .args(extra)
         .output()
-        .expect("run tests/support/provenance.py");
+        .expect("run tests.support.provenance");
     assert!(
         out.status.success(),
         "provenance.py {command} failed: {}",
@@ -431,7 +430,7 @@ fn a_registry_that_processes_subject_gets_no_referrers_tag() {
     let plan_path = work.path().join("plan.json");
     std::fs::write(&plan_path, "[]").expect("plan");
     let proxy = Daemon::start(
-        "fault_proxy.py",
+        "fault_proxy",
         &[
             "--upstream",
             &reg.addr,

@@ -57,8 +57,7 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
     let mut reg = Registry::start();
     reg.seed(&[TAG]);
     let ht = reg.dir.path().join("htpasswd");
-    let out = std::process::Command::new("python3")
-        .arg(root().join("tests/support/registry_auth.py"))
+    let out = python("tests.support.registry_auth")
         .args([
             "htpasswd",
             "--dir",
@@ -190,7 +189,7 @@ fn token_auth_mounts_with_one_token_and_never_prints_secrets() {
     reg.seed(&[TAG]);
     let tdir = reg.dir.path().join("token");
     let ts = Daemon::start(
-        "token_server.py",
+        "token_server",
         &[
             "--dir",
             tdir.to_str().expect("utf8"),
@@ -338,7 +337,7 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
         let plan_path = work.path().join("plan.json");
         std::fs::write(&plan_path, "[]").expect("plan");
         let proxy = Daemon::start(
-            "fault_proxy.py",
+            "fault_proxy",
             &[
                 "--upstream",
                 &reg.addr,
