@@ -10,7 +10,7 @@ BIN="${RUNNER_PATCH_BIN:-target/release/runner-patch}"
 VERSION=0.29.0
 
 PY=$(bash tests/proof/engine_venv.sh)
-CACHE=$(python3 tests/proof/releases.py fetch "$VERSION")
+CACHE=$(python3 -m tests.proof.releases fetch "$VERSION")
 ORIGINAL="$CACHE/$VERSION/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py"
 [ -f "$ORIGINAL" ] || { echo "verify-engine: $ORIGINAL missing after fetch" >&2; exit 2; }
 
