@@ -265,6 +265,8 @@ impl Tool {
         self
     }
 
+    // The tool's own flags, so tests read as the command line they run.
+
     fn flag(self, flag: &str, value: impl AsRef<OsStr>) -> Self {
         self.arg(flag).arg(value)
     }
@@ -635,7 +637,7 @@ pub fn alter(reg: &Registry, tag: &str, how: &str, out_tag: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("alter.py json")
 }
 
-/// A helper process from `tests/support` (token server, fault proxy), named by its module there
+/// A daemon from `tests/support` (token server, fault proxy), named by its module there
 /// (`fault_proxy`): started, its one JSON ready-line read, killed on drop.
 pub struct Daemon {
     child: Child,
