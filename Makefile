@@ -52,7 +52,7 @@ demo: build
 	bash scripts/demo.sh
 
 demo-stop:
-	$(PYTHON) fixtures/registry.py stop --dir .demo
+	$(PYTHON) -m fixtures.registry stop --dir .demo
 
 test: test-rust test-proof verify-engine
 

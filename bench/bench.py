@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
-"""The runner-patch benchmark (issue 6): `make bench` -> bash bench/run.sh -> this script.
+"""The runner-patch benchmark (issue 6): `make bench` -> bash bench/run.sh -> this module.
 
-    python3 bench/bench.py --bin target/release/runner-patch [--work DIR] [--keep]
+    python3 -m bench.bench --bin target/release/runner-patch [--work DIR] [--keep]
                            [--no-buildah] [--results bench/results/latest.md]
 
 On one synthetic two-platform image (bench/image.py) in a fresh local registry, measures with
@@ -33,13 +32,11 @@ import tempfile
 import time
 import urllib.parse
 
-sys.dont_write_bytecode = True  # leave no __pycache__ in fixtures/ or bench/
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "fixtures"))
-sys.path.insert(0, HERE)
-import image  # noqa: E402
-import registry as fxreg  # noqa: E402  (fixtures/registry.py)
+from bench import image  # noqa: E402
+from fixtures import registry as fxreg  # noqa: E402
 
 REPO = "gpustack/runner"
 TAG = "cuda12.9-vllm0.27.1"

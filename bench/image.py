@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Build the benchmark's synthetic runner image and push it to a local registry.
 
-    python3 bench/image.py --registry 127.0.0.1:PORT [--repository gpustack/runner]
+    python3 -m bench.image --registry 127.0.0.1:PORT [--repository gpustack/runner]
                            [--tag cuda12.9-vllm0.27.1] [--out image.json] [--cache DIR]
 
 A Docker v2 manifest list with two Docker v2 children (linux/amd64, linux/arm64/v8), each
@@ -10,7 +9,7 @@ about 1.9 GB uncompressed in gzip layers, bottom to top:
     0 base      ~256 MiB, per architecture (different bytes, so the platforms differ)
     1 vllm      ~1.5 GiB, shared by both platforms: ~4,400 torch files of a few hundred KB
                 (dist-packages/torch sorts before dist-packages/vllm), then the vllm package
-                with the patchable multi_connector.py (fixtures/pysrc.py, shape "data",
+                with the patchable multi_connector.py (imagekit/pysrc.py, shape "data",
                 0.27.1), its __pycache__ .pyc, and vllm-0.27.1.dist-info/METADATA
     2 copy      entrypoint + runner.yaml (a few KB)
     3 pip       gpustack-runtime + pip cache (~12 MiB)
@@ -24,27 +23,25 @@ this data only ~10% better. Everything is deterministic: same generator version,
 
 Layer files are written streaming (tar -> gzip -> file, hashing both sides) into
 ${RUNNER_PATCH_CACHE:-~/.cache/runner-patch}/bench/<generator key>/ and reused by later runs.
-Blobs are uploaded with one monolithic PUT each, streamed from the file. Standard library only.
+Blobs are uploaded with one monolithic PUT each, streamed from the file. Standard library only
+(and imagekit, this repository's image building package: layers, manifests, the registry client).
 """
 
 import argparse
 import concurrent.futures
 import hashlib
-import http.client
 import json
 import os
 import random
 import sys
-import tarfile
 import time
-import urllib.parse
-import zlib
 
-sys.dont_write_bytecode = True  # leave no __pycache__ in fixtures/ or bench/
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
-import build as fx  # noqa: E402  (fixtures/build.py: media types, platforms, JSON layout)
-import pysrc  # noqa: E402
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+from imagekit import manifest, pysrc, vllm  # noqa: E402
+from imagekit.digest import sha256  # noqa: E402
+from imagekit.layer import write_entries  # noqa: E402
+from imagekit.media import AMD64, ARM64, DOCKER_CONFIG, DOCKER_LAYER, DOCKER_LIST, DOCKER_MANIFEST  # noqa: E402
+from imagekit.registry import Client  # noqa: E402
 
 # Bump when anything below changes the bytes of a layer.
 GENERATOR_VERSION = 1
@@ -52,10 +49,10 @@ LEVEL = 1  # gzip level of the image's layers
 POOL_SIZE = 16 << 20
 MIB = 1 << 20
 
-SITE = fx.SITE312
+SITE = vllm.SITE312
 VERSION = "0.27.1"
 PY_TAG = "cpython-312"
-ARCHS = {"amd64": fx.AMD64, "arm64": fx.ARM64}
+ARCHS = {"amd64": AMD64, "arm64": ARM64}
 TRIPLET = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 # Sizes (uncompressed payload, before tar headers).
@@ -128,108 +125,6 @@ class Filler:
         return out
 
 
-# --- streaming layer writer --------------------------------------------------
-
-
-class LayerWriter:
-    """Writes a tar stream through gzip into a file, hashing both sides.
-
-    Entries must be given already in directory-walk order (see walk_order); parent
-    directories are emitted automatically the first time a path needs them.
-    """
-
-    CHUNK = 4 * MIB
-
-    def __init__(self, path):
-        self.path = path
-        self.f = open(path + ".part", "wb")
-        self.z = zlib.compressobj(LEVEL, zlib.DEFLATED, 31)  # gzip, mtime 0, no name
-        self.diff = hashlib.sha256()
-        self.dig = hashlib.sha256()
-        self.buf = bytearray()
-        self.usize = self.csize = 0
-        self.dirs = set()
-        self.files = 0
-
-    def _out(self, b):
-        self.buf += b
-        if len(self.buf) >= self.CHUNK:
-            self._flush()
-
-    def _flush(self, final=False):
-        data = bytes(self.buf)
-        self.buf.clear()
-        self.diff.update(data)
-        self.usize += len(data)
-        c = self.z.compress(data)
-        if final:
-            c += self.z.flush()
-        self.dig.update(c)
-        self.csize += len(c)
-        self.f.write(c)
-
-    def _header(self, path, type_, mode, size=0, link=""):
-        ti = tarfile.TarInfo(path)
-        ti.type, ti.mode, ti.size, ti.linkname = type_, mode, size, link
-        ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = fx.MTIME, 0, 0, "root", "root"
-        self._out(ti.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
-
-    def _parents(self, path):
-        parts = path.split("/")
-        for i in range(1, len(parts)):
-            d = "/".join(parts[:i])
-            if d not in self.dirs:
-                self.dir(d)
-
-    def dir(self, path, mode=0o755):
-        self._parents(path)
-        self.dirs.add(path)
-        self._header(path, tarfile.DIRTYPE, mode)
-
-    def file(self, path, data, mode=0o644):
-        if isinstance(data, str):
-            data = data.encode()
-        self._parents(path)
-        self._header(path, tarfile.REGTYPE, mode, len(data))
-        self._out(data)
-        pad = -len(data) % 512
-        if pad:
-            self._out(b"\0" * pad)
-        self.files += 1
-
-    def symlink(self, path, target):
-        self._parents(path)
-        self._header(path, tarfile.SYMTYPE, 0o777, link=target)
-
-    def close(self):
-        self._out(b"\0" * 1024)  # end-of-archive marker
-        total = self.usize + len(self.buf)
-        self._out(b"\0" * (-total % tarfile.RECORDSIZE))
-        self._flush(final=True)
-        self.f.close()
-        digest = "sha256:" + self.dig.hexdigest()
-        return {"digest": digest, "diff_id": "sha256:" + self.diff.hexdigest(), "size": self.csize,
-                "uncompressed": self.usize, "files": self.files}
-
-
-def walk_order(entries):
-    """Sort (path, ...) tuples the way a directory walk with sorted names emits them."""
-    return sorted(entries, key=lambda e: [p.encode() for p in e[0].split("/")])
-
-
-def write_entries(path, entries):
-    w = LayerWriter(path)
-    for e in walk_order(entries):
-        kind = e[1]
-        if kind == "file":
-            w.file(e[0], e[2], e[3] if len(e) > 3 else 0o644)
-        elif kind == "dir":
-            w.dir(e[0], e[2])
-        elif kind == "symlink":
-            w.symlink(e[0], e[2])
-    return w.close()
-
-
 # --- the layers --------------------------------------------------------------
 
 
@@ -269,30 +164,14 @@ def vllm_entries():
     for i, n in enumerate(f.sizes(VLLM_FILLER_BYTES, 8 * 1024, 512 * 1024)):
         d = VLLM_DIRS[i % len(VLLM_DIRS)]
         e.append((f"{SITE}/vllm/{d}/m{i:04d}.py", "file", f.take(n)))
-    v1 = f"{SITE}/{fx.V1_DIR}"
+    v1 = f"{SITE}/{vllm.V1_DIR}"
     mc = pysrc.multi_connector(VERSION, "data", 2)
+    e += vllm.package(SITE, VERSION, PY_TAG, f.take(8 * MIB), mc, so_mode=0o755)
     e += [
-        (f"{SITE}/vllm/__init__.py", "file", pysrc.vllm_init(VERSION)),
-        (f"{SITE}/vllm/_version.py", "file", pysrc.vllm_version_py(VERSION)),
-        (f"{SITE}/vllm/_C.abi3.so", "file", f.take(8 * MIB), 0o755),
-        (f"{SITE}/vllm/distributed/__init__.py", "file", b""),
-        (f"{SITE}/vllm/distributed/kv_transfer/__init__.py", "file", b""),
-        (f"{SITE}/vllm/distributed/kv_transfer/kv_connector/__init__.py", "file", b""),
-        (f"{v1}/__init__.py", "file", pysrc.v1_init()),
-        (f"{v1}/base.py", "file", pysrc.v1_base()),
-        (f"{v1}/metrics.py", "file", pysrc.v1_metrics()),
-        (f"{v1}/multi_connector.py", "file", mc),
-        (f"{v1}/__pycache__/multi_connector.{PY_TAG}.pyc", "file", pysrc.fake_pyc(PY_TAG, mc, fx.MTIME)),
-        (f"{v1}/__pycache__/base.{PY_TAG}.pyc", "file", pysrc.fake_pyc(PY_TAG, pysrc.v1_base(), fx.MTIME)),
         (f"{v1}/nixl_connector.py", "file", f.take(96 * 1024)),
         (f"{v1}/p2p/p2p_nccl_engine.py", "file", f.take(48 * 1024)),
     ]
-    di = f"{SITE}/vllm-{VERSION}.dist-info"
-    e += [
-        (f"{di}/INSTALLER", "file", "pip\n"),
-        (f"{di}/METADATA", "file", pysrc.metadata("vllm", VERSION, "Synthetic vllm (benchmark image)")),
-        (f"{di}/RECORD", "file", f"vllm/__init__.py,,\nvllm/{fx.TARGET_SUFFIX[5:]},,\nvllm-{VERSION}.dist-info/METADATA,,\n"),
-    ]
+    e += vllm.wheel_dist_info(SITE, VERSION, "Synthetic vllm (benchmark image)")
     return e
 
 
@@ -338,7 +217,7 @@ def _generate_one(name, out_dir):
     fn, args, _ = LAYERS[name]
     t = time.monotonic()
     path = os.path.join(out_dir, f"{name}.tar.gz")
-    info = write_entries(path, fn(*args))
+    info = write_entries(path, fn(*args), LEVEL)
     os.replace(path + ".part", path)
     info["seconds"] = round(time.monotonic() - t, 2)
     return name, info
@@ -412,55 +291,8 @@ def config_for(arch, layers):
     return json.dumps(cfg, separators=(",", ":")).encode()
 
 
-def sha256(b):
-    return "sha256:" + hashlib.sha256(b).hexdigest()
-
-
-# --- registry client (monolithic PUT, streamed from the file) ---------------
-
-
-class Registry:
-    def __init__(self, addr, repo):
-        self.addr, self.repo = addr, repo
-        host, port = addr.rsplit(":", 1)
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=300, blocksize=MIB)
-
-    def _req(self, method, path, body=None, headers=None):
-        self.conn.request(method, path, body=body, headers=headers or {})
-        r = self.conn.getresponse()
-        data = r.read()
-        return r.status, r.headers, data
-
-    def has_blob(self, digest):
-        st, _, _ = self._req("HEAD", f"/v2/{self.repo}/blobs/{digest}")
-        return st == 200
-
-    def put_blob(self, digest, size, path=None, data=None):
-        if self.has_blob(digest):
-            return False
-        st, h, body = self._req("POST", f"/v2/{self.repo}/blobs/uploads/", b"", {"Content-Length": "0"})
-        if st != 202:
-            raise RuntimeError(f"POST upload: HTTP {st}: {body[:300]!r}")
-        loc = urllib.parse.urlsplit(h["Location"])
-        q = (loc.query + "&" if loc.query else "") + "digest=" + urllib.parse.quote(digest, safe="")
-        hdrs = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-        if path is not None:
-            with open(path, "rb") as f:
-                st, h, body = self._req("PUT", f"{loc.path}?{q}", f, hdrs)
-        else:
-            st, h, body = self._req("PUT", f"{loc.path}?{q}", data, hdrs)
-        if st != 201:
-            raise RuntimeError(f"PUT blob {digest}: HTTP {st}: {body[:300]!r}")
-        return True
-
-    def put_manifest(self, ref, data, media_type):
-        st, _, body = self._req("PUT", f"/v2/{self.repo}/manifests/{ref}", data, {"Content-Type": media_type})
-        if st != 201:
-            raise RuntimeError(f"PUT manifest {ref}: HTTP {st}: {body[:300]!r}")
-
-
 def push(addr, repo, tag, layer_dir, layers, log=print):
-    reg = Registry(addr, repo)
+    reg = Client(addr, repo)
     t = time.monotonic()
     out = {"repository": repo, "tag": tag, "platforms": {}}
     pushed = set()
@@ -470,29 +302,26 @@ def push(addr, repo, tag, layer_dir, layers, log=print):
         for n in names:
             L = layers[n]
             if L["digest"] not in pushed:
-                reg.put_blob(L["digest"], L["size"], path=os.path.join(layer_dir, f"{n}.tar.gz"))
+                reg.push_blob(path=os.path.join(layer_dir, f"{n}.tar.gz"), digest=L["digest"], size=L["size"])
                 pushed.add(L["digest"])
         cfg = config_for(arch, layers)
-        reg.put_blob(sha256(cfg), len(cfg), data=cfg)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": fx.DOCKER_MANIFEST,
-            "config": {"mediaType": fx.DOCKER_CONFIG, "size": len(cfg), "digest": sha256(cfg)},
-            "layers": [{"mediaType": fx.DOCKER_LAYER, "size": layers[n]["size"], "digest": layers[n]["digest"]}
-                       for n in names],
-        }
-        mb = fx.dump_manifest(manifest, docker_json=True)
-        reg.put_manifest(sha256(mb), mb, fx.DOCKER_MANIFEST)
+        reg.push_blob(cfg)
+        m = manifest.image_manifest(
+            DOCKER_MANIFEST,
+            manifest.descriptor(DOCKER_CONFIG, cfg),
+            [manifest.descriptor(DOCKER_LAYER, digest=layers[n]["digest"], size=layers[n]["size"]) for n in names],
+        )
+        mb = manifest.dump(m, docker_json=True)
+        reg.put_manifest(sha256(mb), mb, DOCKER_MANIFEST)
         plat = ARCHS[arch]
-        descs.append({"mediaType": fx.DOCKER_MANIFEST, "size": len(mb), "digest": sha256(mb),
-                      "platform": plat.descriptor()})
+        descs.append(manifest.descriptor(DOCKER_MANIFEST, mb, platform=plat.descriptor()))
         out["platforms"][plat.key] = {
             "manifest": sha256(mb),
             "layers": [dict(name=n, digest=layers[n]["digest"], size=layers[n]["size"],
                             uncompressed=layers[n]["uncompressed"]) for n in names],
         }
-    idx = fx.dump_manifest({"schemaVersion": 2, "mediaType": fx.DOCKER_LIST, "manifests": descs}, docker_json=True)
-    reg.put_manifest(tag, idx, fx.DOCKER_LIST)
+    idx = manifest.dump(manifest.index(DOCKER_LIST, descs), docker_json=True)
+    reg.put_manifest(tag, idx, DOCKER_LIST)
     out["digest"] = sha256(idx)
     out["push_seconds"] = round(time.monotonic() - t, 2)
     log(f"pushed {addr}/{repo}:{tag} ({out['digest']}) in {out['push_seconds']} s")

@@ -44,6 +44,6 @@ if [ ! -x "$bin" ]; then
     exit 2
 fi
 rc=0
-python3 bench/bench.py --bin "$bin" "$@" || rc=$?
+python3 -m bench.bench --bin "$bin" "$@" || rc=$?
 echo "bench: finished in $(( $(date +%s) - start )) s (exit $rc)" >&2
 exit $rc

@@ -6,13 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO=.demo
-python3 fixtures/registry.py stop --dir "$DEMO" >/dev/null 2>&1 || true
+python3 -m fixtures.registry stop --dir "$DEMO" >/dev/null 2>&1 || true
 rm -rf "$DEMO"
 mkdir -p "$DEMO"
-ADDR=$(python3 fixtures/registry.py start --dir "$DEMO")
+ADDR=$(python3 -m fixtures.registry start --dir "$DEMO")
 REPO="$ADDR/gpustack/runner"
 echo "== local registry on $ADDR (storage in $DEMO/storage)"
-python3 fixtures/build.py --registry "$ADDR" --repository gpustack/runner \
+python3 -m fixtures.build --registry "$ADDR" --repository gpustack/runner \
     --only cuda12.9-vllm0.27.1,cuda13.0-vllm0.30.0,cuda13.0-vllm0.33.0,rocm7.2-vllm0.25.1,cann9.0-910b-vllm0.20.2 \
     --summary "$DEMO/fixtures.json" >/dev/null
 echo "== seeded $REPO with cuda12.9-vllm0.27.1, cuda13.0-vllm0.30.0, cuda13.0-vllm0.33.0, rocm7.2-vllm0.25.1, cann9.0-910b-vllm0.20.2"

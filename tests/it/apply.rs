@@ -158,13 +158,14 @@ fn every_backend_is_patched_on_every_platform_and_independent_clients_agree() {
         ("rocm", "rocm7.2-vllm0.25.1", "0.25.1"),
         ("cann", "cann9.0-910b-vllm0.20.2", "0.20.2"),
     ] {
-        let run = apply(
-            &reg,
-            work.path(),
-            backend,
-            &[tag],
-            &["--manifest", &format!("{backend}.json")],
-        );
+        let run = Tool::new("apply")
+            .cwd(work.path())
+            .backend(backend)
+            .repo(reg.repo())
+            .tag(tag)
+            .json()
+            .digest_map(format!("{backend}.json"))
+            .run();
         assert_eq!(run.code, 0, "{}", run.stderr);
         // stdout (--json) and the file written agree.
         let map = run.json();
@@ -230,13 +231,14 @@ fn every_backend_is_patched_on_every_platform_and_independent_clients_agree() {
 
         // A second apply finds the patch and writes nothing.
         let before = reg.storage();
-        let again = apply(
-            &reg,
-            work.path(),
-            backend,
-            &[tag],
-            &["--manifest", &format!("{backend}-2.json")],
-        );
+        let again = Tool::new("apply")
+            .cwd(work.path())
+            .backend(backend)
+            .repo(reg.repo())
+            .tag(tag)
+            .json()
+            .digest_map(format!("{backend}-2.json"))
+            .run();
         assert_eq!(again.code, 0, "{}", again.stderr);
         let img2 = image(&again.json(), tag).clone();
         assert_eq!(img2["outcome"], "already-patched");
@@ -272,19 +274,19 @@ fn attestations_are_dropped_single_manifests_patched_and_upper_copies_win() {
         "cuda13.0-vllm0.33.0",
     ]);
     let work = tempfile::tempdir().expect("tmp");
-    let run = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tags([
             "cuda12.9-vllm0.25.1",
             "cuda12.8-vllm0.27.1",
             "cuda12.9-vllm0.27.1-upper",
             "cuda13.0-vllm0.30.0",
             "cuda13.0-vllm0.33.0",
-        ],
-        &[],
-    );
+        ])
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
 
@@ -373,13 +375,15 @@ fn target_repository_and_suffix_leave_the_source_alone_and_reuse_layers() {
     let summary = reg.seed(&["cuda12.9-vllm0.27.1"]);
     let work = tempfile::tempdir().expect("tmp");
     let target = format!("{}/mirror/runner", reg.addr);
-    let run = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &["cuda12.9-vllm0.27.1"],
-        &["--target-repository", &target, "--tag-suffix", "-patched"],
-    );
+    let patch_to_target = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag("cuda12.9-vllm0.27.1")
+        .json()
+        .target_repo(&target)
+        .args(["--tag-suffix", "-patched"]);
+    let run = patch_to_target.run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let img = image(&run.json(), "cuda12.9-vllm0.27.1").clone();
     assert_eq!(
@@ -416,13 +420,7 @@ fn target_repository_and_suffix_leave_the_source_alone_and_reuse_layers() {
 
     // Same command again: same digests, nothing new stored.
     let before = reg.storage();
-    let again = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &["cuda12.9-vllm0.27.1"],
-        &["--target-repository", &target, "--tag-suffix", "-patched"],
-    );
+    let again = patch_to_target.run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(
         image(&again.json(), "cuda12.9-vllm0.27.1")["patched_digest"],
@@ -437,13 +435,14 @@ fn dry_run_pushes_nothing_and_writes_no_map() {
     reg.seed(&["rocm7.2-vllm0.25.1"]);
     let work = tempfile::tempdir().expect("tmp");
     let before = reg.storage();
-    let run = apply(
-        &reg,
-        work.path(),
-        "rocm",
-        &["rocm7.2-vllm0.25.1"],
-        &["--dry-run"],
-    );
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("rocm")
+        .repo(reg.repo())
+        .tag("rocm7.2-vllm0.25.1")
+        .json()
+        .arg("--dry-run")
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(
         image(&run.json(), "rocm7.2-vllm0.25.1")["outcome"],
@@ -458,17 +457,20 @@ fn an_already_patched_source_is_published_under_the_target_name() {
     let reg = Registry::start();
     reg.seed(&["cuda12.8-vllm0.27.1"]);
     let work = tempfile::tempdir().expect("tmp");
-    let first = apply(&reg, work.path(), "cuda", &["cuda12.8-vllm0.27.1"], &[]);
+    let apply = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag("cuda12.8-vllm0.27.1")
+        .json();
+    let first = apply.run();
     assert_eq!(first.code, 0, "{}", first.stderr);
     let patched = image(&first.json(), "cuda12.8-vllm0.27.1")["patched_digest"].clone();
     let target = format!("{}/mirror/runner", reg.addr);
-    let again = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &["cuda12.8-vllm0.27.1"],
-        &["--target-repository", &target, "--tag-suffix", "-p2"],
-    );
+    let again = apply
+        .target_repo(&target)
+        .args(["--tag-suffix", "-p2"])
+        .run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     let img = image(&again.json(), "cuda12.8-vllm0.27.1").clone();
     assert_eq!(img["outcome"], "already-patched");

@@ -5,7 +5,7 @@
 //! back. Digests are read with skopeo, not with this tool.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -32,7 +32,7 @@ impl Setup {
         let work = tempfile::tempdir().expect("tmp");
         std::fs::write(work.path().join("plan.json"), "[]").expect("plan");
         let proxy = Daemon::start(
-            "fault_proxy.py",
+            "fault_proxy",
             &[
                 "--upstream",
                 &reg.addr,
@@ -69,45 +69,28 @@ impl Setup {
         std::fs::rename(&tmp, self.work.path().join("plan.json")).expect("rename");
     }
 
-    fn apply_args(&self) -> Vec<String> {
-        [
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &self.via(),
-            "--tag",
-            TAG,
-            "--manifest",
-            self.map_path().to_str().expect("utf8"),
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    /// `apply --json` of the tag through the proxy, recording in the setup's map.
+    fn apply(&self) -> Tool {
+        self.apply_to(&self.map_path())
     }
 
-    /// The tool with this setup's isolated environment, to spawn in the background.
-    fn command(&self, args: &[String]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_runner-patch"));
-        c.args(args)
-            .env("DOCKER_CONFIG", self.work.path().join(".no-docker-config"))
-            .env("XDG_CACHE_HOME", self.work.path().join(".cache"))
-            .env_remove("REGISTRY_AUTH_FILE")
-            .env_remove("RUNNER_PATCH_USERNAME")
-            .env_remove("RUNNER_PATCH_PASSWORD")
-            .env_remove("RUNNER_PATCH_LOG")
-            .current_dir(self.work.path())
-            .stdin(Stdio::null());
-        c
+    /// `apply --json` of the tag through the proxy, recording in `map`.
+    fn apply_to(&self, map: &Path) -> Tool {
+        Tool::new("apply")
+            .cwd(self.work.path())
+            .backend("cuda")
+            .repo(self.via())
+            .tag(TAG)
+            .digest_map(map)
+            .json()
     }
 
-    /// `apply` with these arguments, run to its end.
-    fn run(&self, args: &[String]) -> Run {
-        cli(
-            self.work.path(),
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        )
+    /// A command of this setup (`verify`, `rollback`) on its map.
+    fn on_map(&self, command: &str) -> Run {
+        Tool::new(command)
+            .cwd(self.work.path())
+            .digest_map(self.map_path())
+            .run()
     }
 
     fn now(&self, tag: &str) -> String {
@@ -171,7 +154,8 @@ impl Setup {
 /// then kills it with SIGKILL.
 fn kill_at(s: &Setup, signal: &Path) {
     let mut child = s
-        .command(&s.apply_args())
+        .apply()
+        .command()
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -258,7 +242,7 @@ fn killed_at(step: &Step) {
 
     // A re-run with the same map completes the work, companions included.
     s.faults(json!([]));
-    let again = s.run(&s.apply_args());
+    let again = s.apply().run();
     assert_eq!(again.code, 0, "{}: re-run: {}", step.name, again.stderr);
     let map: Value =
         serde_json::from_slice(&std::fs::read(s.map_path()).expect("map")).expect("json");
@@ -302,10 +286,7 @@ fn killed_at(step: &Step) {
             step.name
         );
     }
-    let verify = cli(
-        s.work.path(),
-        &["verify", "--manifest", s.map_path().to_str().expect("utf8")],
-    );
+    let verify = s.on_map("verify");
     assert_eq!(
         verify.code, 0,
         "{}: verify: {}{}",
@@ -313,14 +294,7 @@ fn killed_at(step: &Step) {
     );
 
     // And rollback puts every tag back on its original.
-    let back = cli(
-        s.work.path(),
-        &[
-            "rollback",
-            "--manifest",
-            s.map_path().to_str().expect("utf8"),
-        ],
-    );
+    let back = s.on_map("rollback");
     assert_eq!(
         back.code, 0,
         "{}: rollback: {}{}",
@@ -380,7 +354,7 @@ fn a_failed_companion_write_is_recorded_and_completed_by_a_rerun() {
         "match": {"method": "PUT", "path_regex": format!("/manifests/{TAG}-linux-arm64$")},
         "fault": {"kind": "status", "code": 400, "body": "{\"errors\":[{\"code\":\"DENIED\",\"message\":\"no\"}]}"},
     }]));
-    let run = s.run(&s.apply_args());
+    let run = s.apply().run();
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
         run.stderr.contains(ARM),
@@ -389,11 +363,7 @@ fn a_failed_companion_write_is_recorded_and_completed_by_a_rerun() {
     );
     s.assert_every_move_recorded("failed companion");
     assert_eq!(s.now(ARM), s.original(ARM));
-    let map = s.map_path();
-    let verify = cli(
-        s.work.path(),
-        &["verify", "--manifest", map.to_str().expect("utf8")],
-    );
+    let verify = s.on_map("verify");
     assert_eq!(verify.code, 1, "{}{}", verify.stdout, verify.stderr);
     assert!(
         verify.stdout.contains(ARM),
@@ -402,21 +372,18 @@ fn a_failed_companion_write_is_recorded_and_completed_by_a_rerun() {
     );
 
     // Structure-only verify by reference sees it too, without any map.
-    let by_ref = cli(
-        s.work.path(),
-        &["verify", &format!("{}:{TAG}", s.reg.repo())],
-    );
+    let by_ref = Tool::new("verify")
+        .cwd(s.work.path())
+        .arg(format!("{}:{TAG}", s.reg.repo()))
+        .run();
     assert_eq!(by_ref.code, 1, "{}{}", by_ref.stdout, by_ref.stderr);
     assert!(by_ref.stdout.contains(ARM), "{}", by_ref.stdout);
 
     s.faults(json!([]));
-    let again = s.run(&s.apply_args());
+    let again = s.apply().run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_ne!(s.now(ARM), s.original(ARM));
-    let verify = cli(
-        s.work.path(),
-        &["verify", "--manifest", map.to_str().expect("utf8")],
-    );
+    let verify = s.on_map("verify");
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
 }
 
@@ -434,7 +401,7 @@ fn a_lost_map_is_not_a_lost_original() {
     kill_at(&s, &signal);
     std::fs::remove_file(s.map_path()).expect("lose the map");
     s.faults(json!([]));
-    let again = s.run(&s.apply_args());
+    let again = s.apply().run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     let map: Value =
         serde_json::from_slice(&std::fs::read(s.map_path()).expect("map")).expect("json");
@@ -471,14 +438,7 @@ fn a_lost_map_is_not_a_lost_original() {
             "{companion} completed"
         );
     }
-    let back = cli(
-        s.work.path(),
-        &[
-            "rollback",
-            "--manifest",
-            s.map_path().to_str().expect("utf8"),
-        ],
-    );
+    let back = s.on_map("rollback");
     assert_eq!(back.code, 0, "{}{}", back.stdout, back.stderr);
     for companion in [AMD, ARM] {
         assert_eq!(
@@ -503,20 +463,13 @@ fn an_unwritable_map_is_refused_before_the_registry_is_touched() {
         (missing.to_str().expect("utf8"), "does not exist"),
         (junk.to_str().expect("utf8"), "not valid"),
     ] {
-        let run = cli(
-            s.work.path(),
-            &[
-                "apply",
-                "--backend",
-                "cuda",
-                "--repository",
-                &s.via(),
-                "--tag",
-                TAG,
-                "--manifest",
-                path,
-            ],
-        );
+        let run = Tool::new("apply")
+            .cwd(s.work.path())
+            .backend("cuda")
+            .repo(s.via())
+            .tag(TAG)
+            .digest_map(path)
+            .run();
         assert_eq!(run.code, 2, "{path}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{path}: {}", run.stderr);
         assert_eq!(
@@ -544,7 +497,8 @@ fn an_unwritable_map_is_refused_before_the_registry_is_touched() {
 fn a_closed_stdout_costs_neither_the_map_nor_a_panic() {
     let s = Setup::new();
     let mut child = s
-        .command(&s.apply_args())
+        .apply()
+        .command()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -564,20 +518,13 @@ fn a_closed_stdout_costs_neither_the_map_nor_a_panic() {
 fn duplicate_tags_merge_and_bad_target_tags_are_caught_first() {
     let s = Setup::new();
     let long = "x".repeat(120);
-    let run = cli(
-        s.work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &s.via(),
-            "--tag",
-            TAG,
-            "--tag-suffix",
-            &long,
-        ],
-    );
+    let run = Tool::new("apply")
+        .cwd(s.work.path())
+        .backend("cuda")
+        .repo(s.via())
+        .tag(TAG)
+        .args(["--tag-suffix", &long])
+        .run();
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("at most 128"), "{}", run.stderr);
     let log = std::fs::read_to_string(s.work.path().join("proxy.log")).unwrap_or_default();
@@ -586,9 +533,7 @@ fn duplicate_tags_merge_and_bad_target_tags_are_caught_first() {
         "registry traffic before the tag was checked: {log}"
     );
 
-    let mut args = s.apply_args();
-    args.extend(["--tag".to_owned(), TAG.to_owned()]);
-    let twice = s.run(&args);
+    let twice = s.apply().tag(TAG).run();
     assert_eq!(twice.code, 0, "{}", twice.stderr);
     assert_eq!(twice.json()["images"].as_array().expect("images").len(), 1);
 }
@@ -605,13 +550,14 @@ fn rollback_tries_every_entry_and_names_each_failure() {
         .iter()
         .map(|t| served(&format!("{}:{t}", reg.repo())))
         .collect();
-    let run = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &tags,
-        &["--manifest", "map.json"],
-    );
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tags(tags)
+        .json()
+        .digest_map("map.json")
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let path = work.path().join("map.json");
     let mut map: Value = serde_json::from_slice(&std::fs::read(&path).expect("map")).expect("json");
@@ -625,7 +571,10 @@ fn rollback_tries_every_entry_and_names_each_failure() {
         .expect("first tag's record");
     first["original_digest"] = json!(gone);
     std::fs::write(&path, serde_json::to_vec_pretty(&map).expect("json")).expect("write");
-    let back = cli(work.path(), &["rollback", "--manifest", "map.json"]);
+    let back = Tool::new("rollback")
+        .cwd(work.path())
+        .digest_map("map.json")
+        .run();
     assert_eq!(back.code, 2, "{}{}", back.stdout, back.stderr);
     assert!(
         back.stdout.contains("failed") && back.stdout.contains(tags[0]),
@@ -657,15 +606,9 @@ fn a_full_disk_moves_no_tag() {
         "match": {"method": "GET", "path_regex": "/blobs/sha256:", "nth": [1]},
         "fault": {"kind": "hold", "signal": signal.to_str().expect("utf8"), "release": release.to_str().expect("utf8")},
     }]));
-    let mut args = s.apply_args();
-    let at = args
-        .iter()
-        .position(|a| a == "--manifest")
-        .expect("--manifest")
-        + 1;
-    args[at] = map.to_str().expect("utf8").to_owned();
-    let mut child = s
-        .command(&args)
+    let apply = s.apply_to(&map);
+    let mut child = apply
+        .command()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -698,7 +641,7 @@ fn a_full_disk_moves_no_tag() {
 
     std::fs::remove_file(disk.join("filler")).expect("free the disk");
     s.faults(json!([]));
-    let again = s.run(&args);
+    let again = apply.run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     s.assert_moves_recorded_in("after the disk had space again", &map);
     assert_ne!(s.now(TAG), s.original(TAG));
@@ -708,22 +651,14 @@ fn a_full_disk_moves_no_tag() {
 #[test]
 fn no_ca_certificates_is_one_clear_error() {
     let work = tempfile::tempdir().expect("tmp");
-    let run = cli_env(
-        work.path(),
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            "127.0.0.1:1/gpustack/runner",
-            "--tag",
-            TAG,
-        ],
-        &[
-            ("SSL_CERT_FILE", "/nonexistent"),
-            ("SSL_CERT_DIR", "/nonexistent"),
-        ],
-    );
+    let run = Tool::new("plan")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo("127.0.0.1:1/gpustack/runner")
+        .tag(TAG)
+        .env("SSL_CERT_FILE", "/nonexistent")
+        .env("SSL_CERT_DIR", "/nonexistent")
+        .run();
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     assert!(run.stderr.contains("CA certificates"), "{}", run.stderr);

@@ -6,8 +6,7 @@
 //! without a credential reaching any host but the registry.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -50,7 +49,7 @@ fn setup(case: &str, extra: &[&str]) -> Setup {
         "300",
     ];
     args.extend_from_slice(extra);
-    let hostile = Daemon::start("hostile_registry.py", &args);
+    let hostile = Daemon::start("hostile_registry", &args);
     Setup {
         reg,
         hostile,
@@ -87,88 +86,13 @@ impl Setup {
     }
 }
 
-/// One run of the CLI under `/usr/bin/time`, killed if it outlives `limit`.
-struct Bounded {
-    run: Run,
-    took: Duration,
-    rss_kib: u64,
-}
-
-fn run_bounded(cwd: &Path, args: &[&str], env: &[(&str, String)], limit: Duration) -> Bounded {
-    let rss_file = cwd.join(format!("rss-{}.txt", std::process::id()));
-    let mut cmd = Command::new("/usr/bin/time");
-    cmd.arg("-f")
-        .arg("%M")
-        .arg("-o")
-        .arg(&rss_file)
-        .arg(env!("CARGO_BIN_EXE_runner-patch"))
-        .args(args)
-        .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", cwd.join(".cache"))
-        .env_remove("REGISTRY_AUTH_FILE")
-        .env_remove("RUNNER_PATCH_USERNAME")
-        .env_remove("RUNNER_PATCH_PASSWORD")
-        .env_remove("RUNNER_PATCH_LOG")
+/// The tool in `cwd` with the bounds every run here gets.
+fn tool(cwd: &Path, command: &str) -> Tool {
+    Tool::new(command)
+        .cwd(cwd)
         .env("RUNNER_PATCH_IDLE_TIMEOUT", IDLE.to_string())
         .env("RUNNER_PATCH_REQUEST_TIMEOUT", REQUEST.to_string())
         .env("RUNNER_PATCH_HELPER_TIMEOUT", HELPER.to_string())
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let started = Instant::now();
-    let mut child = cmd.spawn().expect("/usr/bin/time (apt-get install time)");
-    // Drain both pipes on threads so a chatty run cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut err, &mut s);
-        s
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "runner-patch {args:?} still running after {:?} (its bound)",
-                limit
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let took = started.elapsed();
-    let rss_kib = std::fs::read_to_string(&rss_file)
-        .ok()
-        .and_then(|s| s.lines().last().and_then(|l| l.trim().parse().ok()))
-        .expect("max RSS from /usr/bin/time");
-    eprintln!(
-        "runner-patch {}: exit {:?} in {:.1} s, max RSS {} KiB",
-        args.first().unwrap_or(&""),
-        status.code(),
-        took.as_secs_f64(),
-        rss_kib
-    );
-    Bounded {
-        run: Run {
-            code: status.code().unwrap_or(-1),
-            stdout: t_out.join().expect("stdout thread"),
-            stderr: t_err.join().expect("stderr thread"),
-        },
-        took,
-        rss_kib,
-    }
 }
 
 /// The error lines of a run; each must be one sentence that never repeats its cause.
@@ -192,7 +116,7 @@ fn errors(run: &Run) -> Vec<String> {
 
 /// A run that must fail: exit 2, within `limit`, under the memory bound, with exactly one error
 /// line that contains every one of `says`.
-fn assert_fails(b: &Bounded, limit: Duration, says: &[&str]) -> String {
+fn assert_fails(b: &Measured, limit: Duration, says: &[&str]) -> String {
     let run = &b.run;
     assert_eq!(
         run.code, 2,
@@ -218,24 +142,15 @@ fn assert_fails(b: &Bounded, limit: Duration, says: &[&str]) -> String {
     errs[0].clone()
 }
 
-fn plan_args(repo: &str) -> Vec<&str> {
-    vec![
-        "plan",
-        "--backend",
-        "cuda",
-        "--repository",
-        repo,
-        "--tag",
-        TAG,
-        "--json",
-    ]
+fn plan(cwd: &Path, repo: &str) -> Tool {
+    tool(cwd, "plan").backend("cuda").repo(repo).tag(TAG).json()
 }
 
 #[test]
 fn an_endless_blob_body_is_cut_at_the_descriptor_size() {
     let s = setup("endless-blob", &[]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     let e = assert_fails(
         &b,
         SLACK,
@@ -252,7 +167,7 @@ fn an_endless_blob_body_is_cut_at_the_descriptor_size() {
 fn an_over_long_blob_is_refused_before_its_extra_bytes() {
     let s = setup("long-blob", &[]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert_fails(
         &b,
         SLACK,
@@ -269,7 +184,7 @@ fn an_over_long_blob_is_refused_before_its_extra_bytes() {
 fn an_over_long_manifest_is_cut_at_4_mib_while_streaming() {
     let s = setup("long-manifest", &[]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert_fails(
         &b,
         SLACK,
@@ -285,7 +200,7 @@ fn a_trickled_manifest_fails_by_its_deadline() {
     // One byte every 0.5 s never trips the idle timeout; the request deadline must end it.
     let s = setup("trickle-manifest", &["--interval", "0.5"]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert_fails(
         &b,
         Duration::from_secs(REQUEST) + SLACK,
@@ -302,7 +217,7 @@ fn a_trickled_manifest_fails_by_its_deadline() {
 fn a_stalled_blob_fails_within_the_idle_timeout() {
     let s = setup("stall-blob", &[]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert_fails(
         &b,
         Duration::from_secs(IDLE) + SLACK,
@@ -318,7 +233,7 @@ fn a_stalled_blob_fails_within_the_idle_timeout() {
 fn a_foreign_layer_that_is_not_there_is_named_as_such() {
     let s = setup("foreign-layer", &[]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert_fails(
         &b,
         SLACK,
@@ -365,21 +280,13 @@ fn an_upload_location_on_another_host_gets_no_credentials() {
     );
     let repo = s.repo();
     let cfg = s.docker_config();
-    let b = run_bounded(
-        s.work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            TAG,
-            "--json",
-        ],
-        &[("DOCKER_CONFIG", cfg.display().to_string())],
-        SLACK * 6,
-    );
+    let b = tool(s.work.path(), "apply")
+        .backend("cuda")
+        .repo(&repo)
+        .tag(TAG)
+        .json()
+        .env("DOCKER_CONFIG", &cfg)
+        .measured(SLACK * 6);
     // The other host is the registry's own storage here: the upload completes there.
     assert_eq!(b.run.code, 0, "{}", b.run.stderr);
     assert!(b.rss_kib < RSS_LIMIT_KIB, "max RSS {} KiB", b.rss_kib);
@@ -399,12 +306,12 @@ fn a_tag_list_link_to_another_host_gets_no_credentials() {
     let repo = s.repo();
     let cfg = s.docker_config();
     // Without --tag the repository's tags are listed, following the Link.
-    let b = run_bounded(
-        s.work.path(),
-        &["plan", "--backend", "cuda", "--repository", &repo, "--json"],
-        &[("DOCKER_CONFIG", cfg.display().to_string())],
-        SLACK * 3,
-    );
+    let b = tool(s.work.path(), "plan")
+        .backend("cuda")
+        .repo(&repo)
+        .json()
+        .env("DOCKER_CONFIG", &cfg)
+        .measured(SLACK * 3);
     assert_eq!(b.run.code, 0, "{}", b.run.stderr);
     assert!(b.rss_kib < RSS_LIMIT_KIB, "max RSS {} KiB", b.rss_kib);
     assert_eq!(b.run.json()["images"][0]["source"], format!("{repo}:{TAG}"));
@@ -430,12 +337,10 @@ fn a_hanging_credential_helper_is_stopped_after_its_timeout() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let b = run_bounded(
-        s.work.path(),
-        &plan_args(&repo),
-        &[("DOCKER_CONFIG", cfg.display().to_string()), ("PATH", path)],
-        SLACK * 3,
-    );
+    let b = plan(s.work.path(), &repo)
+        .env("DOCKER_CONFIG", &cfg)
+        .env("PATH", path)
+        .measured(SLACK * 3);
     assert_fails(
         &b,
         Duration::from_secs(HELPER) + SLACK,
@@ -451,10 +356,10 @@ fn an_index_with_thousands_of_children_keeps_connections_bounded() {
     let s = setup("children", &["--children", "1000", "--delay", "0.02"]);
     let repo = s.repo();
     let jobs: u64 = 2;
-    let mut args = plan_args(&repo);
-    args.extend_from_slice(&["--jobs", "2"]);
     // Its time is bounded loosely: 1,000 platforms through a Python proxy, --jobs 2 at a time.
-    let b = run_bounded(s.work.path(), &args, &[], SLACK * 30);
+    let b = plan(s.work.path(), &repo)
+        .args(["--jobs", "2"])
+        .measured(SLACK * 30);
     assert!(b.rss_kib < RSS_LIMIT_KIB, "max RSS {} KiB", b.rss_kib);
     assert_ne!(b.run.code, 2, "{}", b.run.stderr);
     let stats = stats(&s.hostile.addr());
@@ -485,7 +390,7 @@ fn an_index_with_thousands_of_children_keeps_connections_bounded() {
 fn an_index_with_too_many_children_is_refused_before_fetching_them() {
     let s = setup("children", &["--children", "5000"]);
     let repo = s.repo();
-    let b = run_bounded(s.work.path(), &plan_args(&repo), &[], SLACK * 3);
+    let b = plan(s.work.path(), &repo).measured(SLACK * 3);
     assert!(b.rss_kib < RSS_LIMIT_KIB, "max RSS {} KiB", b.rss_kib);
     assert_eq!(b.run.code, 2, "{}", b.run.stderr);
     assert!(
@@ -568,24 +473,14 @@ fn an_invalid_registry_host_is_refused_before_any_traffic() {
         ),
         ("[zz::q]:5000/gpustack/runner", "not an IPv6 address"),
     ] {
-        let b = run_bounded(work.path(), &plan_args(repo), &[], SLACK);
+        let b = plan(work.path(), repo).measured(SLACK);
         assert_fails(&b, SLACK, &["registry host", says]);
-        let target = run_bounded(
-            work.path(),
-            &[
-                "apply",
-                "--backend",
-                "cuda",
-                "--repository",
-                "127.0.0.1:1/gpustack/runner",
-                "--target-repository",
-                repo,
-                "--tag",
-                TAG,
-            ],
-            &[],
-            SLACK,
-        );
+        let target = tool(work.path(), "apply")
+            .backend("cuda")
+            .repo("127.0.0.1:1/gpustack/runner")
+            .target_repo(repo)
+            .tag(TAG)
+            .measured(SLACK);
         // Port 1 is never contacted: the target is checked first.
         let e = assert_fails(&target, SLACK, &["--target-repository", says]);
         assert!(!e.contains("connect"), "{e}");

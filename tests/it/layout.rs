@@ -3,7 +3,7 @@
 //! from the registry and with the files in the layout, never with this tool's own reading.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -144,26 +144,19 @@ fn arch_of(plat: &Value) -> String {
         .to_owned()
 }
 
-fn run_ok(work: &Path, args: &[&str]) -> Value {
-    let run = cli(work, args);
-    assert_eq!(run.code, 0, "{args:?}: {}\n{}", run.stdout, run.stderr);
-    run.json()
+/// `apply --json` of one tag, which must succeed.
+fn apply(work: &Path, backend: &str, repo: &str, tag: &str) -> Tool {
+    Tool::new("apply")
+        .cwd(work)
+        .backend(backend)
+        .repo(repo)
+        .tag(tag)
+        .json()
 }
 
-fn apply_json(work: &Path, backend: &str, repo: &str, tag: &str, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "apply",
-        "--backend",
-        backend,
-        "--repository",
-        repo,
-        "--tag",
-        tag,
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let map = run_ok(work, &args);
-    map["images"][0].clone()
+/// The image record of a successful `apply` run.
+fn applied(tool: Tool) -> Value {
+    tool.ok_json()["images"][0].clone()
 }
 
 #[test]
@@ -181,17 +174,12 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
         let original = entry(&lay, tag).expect("tag in layout")["digest"].clone();
         // Tag discovery works on index.json's ref.names (provenance's sha256-<hex> names and
         // the other backends' tags are not this backend's).
-        let found = run_ok(
-            w,
-            &[
-                "plan",
-                "--backend",
-                backend,
-                "--repository",
-                &repo,
-                "--json",
-            ],
-        );
+        let found = Tool::new("plan")
+            .cwd(w)
+            .backend(backend)
+            .repo(&repo)
+            .json()
+            .ok_json();
         let sources: Vec<_> = found["images"]
             .as_array()
             .expect("images")
@@ -201,19 +189,13 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
         assert_eq!(sources, vec![json!(format!("{repo}:{tag}"))]);
         // plan reads the layout and writes nothing.
         let before = std::fs::read(lay.join("index.json")).expect("index");
-        let plan = run_ok(
-            w,
-            &[
-                "plan",
-                "--backend",
-                backend,
-                "--repository",
-                &repo,
-                "--tag",
-                tag,
-                "--json",
-            ],
-        );
+        let plan = Tool::new("plan")
+            .cwd(w)
+            .backend(backend)
+            .repo(&repo)
+            .tag(tag)
+            .json()
+            .ok_json();
         assert_eq!(plan["images"][0]["outcome"], "patched", "{plan:#}");
         assert_eq!(
             std::fs::read(lay.join("index.json")).expect("index"),
@@ -222,17 +204,10 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
 
         // layout -> registry, from the unpatched layout.
         let up_repo = format!("{}/fromlayout", reg.addr);
-        let up = apply_json(
-            w,
-            backend,
-            &repo,
-            tag,
-            &[
-                "--target-repository",
-                &up_repo,
-                "--manifest",
-                &format!("{backend}-up.json"),
-            ],
+        let up = applied(
+            apply(w, backend, &repo, tag)
+                .target_repo(&up_repo)
+                .digest_map(format!("{backend}-up.json")),
         );
         assert_eq!(up["outcome"], "patched");
         assert_eq!(up["source"], format!("{repo}:{tag}"));
@@ -244,7 +219,7 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
 
         // In place.
         let map_path = format!("{backend}.json");
-        let img = apply_json(w, backend, &repo, tag, &["--manifest", &map_path]);
+        let img = applied(apply(w, backend, &repo, tag).digest_map(&map_path));
         assert_eq!(img["outcome"], "patched", "{img:#}");
         assert_eq!(
             (&img["source"], &img["target"]),
@@ -269,21 +244,17 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
             assert_eq!(a["patched_digest"], b["patched_digest"]);
         }
 
-        let v = cli(
-            w,
-            &["verify", &format!("{repo}:{tag}"), "--manifest", &map_path],
-        );
+        let v = Tool::new("verify")
+            .cwd(w)
+            .arg(format!("{repo}:{tag}"))
+            .digest_map(&map_path)
+            .run();
         assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 
         // umoci sees the patched file, the same bytes the registry path gives.
         let fx = &summary["images"][tag];
-        let reg_img = apply_json(
-            w,
-            backend,
-            &reg.repo(),
-            tag,
-            &["--manifest", &format!("{backend}-reg.json")],
-        );
+        let reg_img =
+            applied(apply(w, backend, &reg.repo(), tag).digest_map(format!("{backend}-reg.json")));
         assert_eq!(reg_img["outcome"], "patched");
         for plat in img["platforms"].as_array().expect("platforms") {
             assert_eq!(plat["outcome"], "patched", "{}", plat["reason"]);
@@ -308,7 +279,7 @@ fn every_backend_in_a_layout_plans_applies_verifies_rolls_back_and_goes_to_a_reg
         }
 
         // rollback moves the layout's tag back.
-        let rb = cli(w, &["rollback", "--manifest", &map_path]);
+        let rb = Tool::new("rollback").cwd(w).digest_map(&map_path).run();
         assert_eq!(rb.code, 0, "{}{}", rb.stdout, rb.stderr);
         assert_eq!(entry(&lay, tag).expect("tag")["digest"], original);
         assert_whole(&lay);
@@ -327,12 +298,10 @@ fn registry_to_layout_keeps_docker_types_and_equals_the_registry_patch() {
     let repo = oci(&lay);
     for (backend, tag) in [("cuda", tags[0]), ("cann", tags[1])] {
         let fx = &summary["images"][tag];
-        let down = apply_json(
-            w,
-            backend,
-            &reg.repo(),
-            tag,
-            &["--target-repository", &repo, "--manifest", "down.json"],
+        let down = applied(
+            apply(w, backend, &reg.repo(), tag)
+                .target_repo(&repo)
+                .digest_map("down.json"),
         );
         assert_eq!(down["outcome"], "patched", "{down:#}");
         assert_eq!(down["target"], format!("{repo}:{tag}"));
@@ -345,25 +314,19 @@ fn registry_to_layout_keeps_docker_types_and_equals_the_registry_patch() {
             fx["media_type"]
         );
         assert_whole(&lay);
-        let v = cli(
-            w,
-            &[
-                "verify",
-                &format!("{repo}:{tag}"),
-                "--manifest",
-                "down.json",
-            ],
-        );
+        let v = Tool::new("verify")
+            .cwd(w)
+            .arg(format!("{repo}:{tag}"))
+            .digest_map("down.json")
+            .run();
         assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 
         // The same image patched registry -> registry: the same digests (same source name).
         let other = format!("{}/inregistry", reg.addr);
-        let inreg = apply_json(
-            w,
-            backend,
-            &reg.repo(),
-            tag,
-            &["--target-repository", &other, "--manifest", "inreg.json"],
+        let inreg = applied(
+            apply(w, backend, &reg.repo(), tag)
+                .target_repo(&other)
+                .digest_map("inreg.json"),
         );
         assert_eq!(inreg["patched_digest"], down["patched_digest"]);
         for (a, b) in inreg["platforms"]
@@ -381,12 +344,10 @@ fn registry_to_layout_keeps_docker_types_and_equals_the_registry_patch() {
 
         // Back to a registry: the digests the layout holds are the ones served (family kept).
         let back = format!("{}/back", reg.addr);
-        let up = apply_json(
-            w,
-            backend,
-            &repo,
-            tag,
-            &["--target-repository", &back, "--manifest", "up.json"],
+        let up = applied(
+            apply(w, backend, &repo, tag)
+                .target_repo(&back)
+                .digest_map("up.json"),
         );
         assert_eq!(up["outcome"], "already-patched", "{up:#}");
         let raw = skopeo_raw(&format!("{back}:{tag}"));
@@ -440,7 +401,7 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
     let plan_file = w.join("faults.json");
     std::fs::write(&plan_file, "[]").expect("plan");
     let proxy = Daemon::start(
-        "fault_proxy.py",
+        "fault_proxy",
         &[
             "--upstream",
             &reg.addr,
@@ -451,33 +412,16 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
         ],
     );
     let via = format!("{}/{REPO}", proxy.addr());
-    let args = [
-        "apply",
-        "--backend",
-        "cuda",
-        "--repository",
-        &via,
-        "--tag",
-        tag,
-        "--target-repository",
-        &oci(&lay),
-        "--manifest",
-        "map.json",
-        "--json",
-    ];
+    let into_layout = apply(w, "cuda", &via, tag)
+        .target_repo(oci(&lay))
+        .digest_map("map.json");
     // A plan first fills the scan cache, so every layer GET of the apply is a copy into the layout.
-    let plan = cli(
-        w,
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            &via,
-            "--tag",
-            tag,
-        ],
-    );
+    let plan = Tool::new("plan")
+        .cwd(w)
+        .backend("cuda")
+        .repo(&via)
+        .tag(tag)
+        .run();
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     let blobs = || {
         std::fs::read_dir(lay.join("blobs/sha256"))
@@ -492,14 +436,8 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
     }]);
     std::fs::write(w.join("faults.tmp"), rules.to_string()).expect("rules");
     std::fs::rename(w.join("faults.tmp"), &plan_file).expect("rules");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner-patch"))
-        .args(args)
-        .env("DOCKER_CONFIG", w.join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", w.join(".cache"))
-        .env_remove("RUNNER_PATCH_CACHE_DIR")
-        .env_remove("RUNNER_PATCH_LOG")
-        .current_dir(w)
-        .stdin(Stdio::null())
+    let mut child = into_layout
+        .command()
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -521,7 +459,7 @@ fn a_run_killed_while_copying_into_a_layout_leaves_it_whole() {
         &["inspect", "--raw", &format!("{}:{other}", oci(&lay))],
     );
     std::fs::write(&plan_file, "[]").expect("plan");
-    let again = cli(w, &args);
+    let again = into_layout.run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     let img = &again.json()["images"][0];
     assert_eq!(
@@ -598,34 +536,24 @@ fn zstd_images_are_patched_in_a_registry_and_in_a_layout() {
             })
             .sum::<usize>()
     };
-    let plan = cli(
-        w,
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            &zrepo,
-            "--tag",
-            tag,
-        ],
-    );
+    let plan = Tool::new("plan")
+        .cwd(w)
+        .backend("cuda")
+        .repo(&zrepo)
+        .tag(tag)
+        .run();
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     let after_plan = fetched();
     assert!(after_plan > 0, "the plan read no zstd layer");
-    let img = apply_json(w, "cuda", &zrepo, tag, &["--manifest", "zstd.json"]);
+    let img = applied(apply(w, "cuda", &zrepo, tag).digest_map("zstd.json"));
     assert_eq!(img["outcome"], "patched", "{img:#}");
     assert_eq!(fetched(), after_plan, "the apply read zstd layers again");
-    let gz = apply_json(w, "cuda", &reg.repo(), tag, &["--manifest", "gzip.json"]);
-    let v = cli(
-        w,
-        &[
-            "verify",
-            &format!("{zrepo}:{tag}"),
-            "--manifest",
-            "zstd.json",
-        ],
-    );
+    let gz = applied(apply(w, "cuda", &reg.repo(), tag).digest_map("gzip.json"));
+    let v = Tool::new("verify")
+        .cwd(w)
+        .arg(format!("{zrepo}:{tag}"))
+        .digest_map("zstd.json")
+        .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
     let plats = img["platforms"].as_array().expect("platforms");
     assert_eq!(plats.len(), 2);
@@ -670,7 +598,7 @@ fn zstd_images_are_patched_in_a_registry_and_in_a_layout() {
     );
     for dir in [&zl, &zc] {
         let r = oci(dir);
-        let img = apply_json(w, "cuda", &r, tag, &[]);
+        let img = applied(apply(w, "cuda", &r, tag));
         let plats = img["platforms"].as_array().expect("p");
         assert_eq!(plats.len(), 2);
         for plat in plats {
@@ -708,32 +636,16 @@ fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
         format!("ocidir://{}", x.display()),
         format!("oci-layout://{}", x.display()),
     ] {
-        let repo = reg.repo();
-        for args in [
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                bad.as_str(),
-                "--tag",
-                tag,
-            ],
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                repo.as_str(),
-                "--tag",
-                tag,
-                "--target-repository",
-                bad.as_str(),
-                "--manifest",
-                "m.json",
-            ],
+        let apply = Tool::new("apply").cwd(w).backend("rocm").tag(tag);
+        for tool in [
+            apply.clone().repo(&bad),
+            apply
+                .clone()
+                .repo(reg.repo())
+                .target_repo(&bad)
+                .digest_map("m.json"),
         ] {
-            let run = cli(w, &args);
+            let run = tool.run();
             assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
             assert!(
                 run.stderr.contains("transport") && run.stderr.contains("oci:PATH"),
@@ -747,7 +659,7 @@ fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
                 run.stderr
             );
         }
-        let run = cli(w, &["verify", &format!("{bad}:{tag}")]);
+        let run = Tool::new("verify").cwd(w).arg(format!("{bad}:{tag}")).run();
         assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
         assert!(!x.exists(), "{bad} created {}", x.display());
     }
@@ -760,18 +672,12 @@ fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
     let index = std::fs::read(lay.join("index.json")).expect("index");
     let held = std::fs::File::open(lay.join("oci-layout")).expect("oci-layout");
     held.try_lock().expect("lock");
-    let run = cli(
-        w,
-        &[
-            "apply",
-            "--backend",
-            "rocm",
-            "--repository",
-            &oci(&lay),
-            "--tag",
-            tag,
-        ],
-    );
+    let in_place = Tool::new("apply")
+        .cwd(w)
+        .backend("rocm")
+        .repo(oci(&lay))
+        .tag(tag);
+    let run = in_place.run();
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
         run.stderr.contains("another run is writing"),
@@ -780,18 +686,7 @@ fn unknown_transports_and_a_locked_layout_are_refused_and_nothing_is_touched() {
     );
     assert_eq!(std::fs::read(lay.join("index.json")).expect("index"), index);
     held.unlock().expect("unlock");
-    let run = cli(
-        w,
-        &[
-            "apply",
-            "--backend",
-            "rocm",
-            "--repository",
-            &oci(&lay),
-            "--tag",
-            tag,
-        ],
-    );
+    let run = in_place.run();
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
@@ -815,25 +710,14 @@ fn a_full_disk_under_a_layout_is_an_error_and_leaves_it_whole() {
             return;
         };
         let layout = disk.join("layout");
-        let run = cli(
-            work.path(),
-            &[
-                "apply",
-                "--backend",
-                "cuda",
-                "--repository",
-                &reg.repo(),
-                "--tag",
-                tag,
-                "--target-repository",
-                &oci(&layout),
-                "--manifest",
-                work.path()
-                    .join(format!("map-{kib}.json"))
-                    .to_str()
-                    .expect("utf8"),
-            ],
-        );
+        let run = Tool::new("apply")
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(reg.repo())
+            .tag(tag)
+            .target_repo(oci(&layout))
+            .digest_map(work.path().join(format!("map-{kib}.json")))
+            .run();
         match run.code {
             0 => {
                 assert_whole(&layout);

@@ -4,7 +4,7 @@
 //! nothing pushed, and umoci (which we did not write) confirms what the container sees.
 
 use std::path::Path;
-use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -16,8 +16,7 @@ const TARGET: &str = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connect
 
 /// Pushes `from` with one crafted layer on top under `out_tag` (see fixtures/craft.py).
 fn craft(reg: &Registry, from: &str, how: &str, out_tag: &str, extra: &[&str]) -> Value {
-    let out = Command::new("python3")
-        .arg(root().join("fixtures/craft.py"))
+    let out = python("fixtures.craft")
         .args([
             "--registry",
             &reg.addr,
@@ -32,7 +31,7 @@ fn craft(reg: &Registry, from: &str, how: &str, out_tag: &str, extra: &[&str]) -
         ])
         .args(extra)
         .output()
-        .expect("run fixtures/craft.py");
+        .expect("run fixtures.craft");
     assert!(
         out.status.success(),
         "craft.py {how} failed: {}",
@@ -63,7 +62,7 @@ fn visible_file(rootfs: &Path, path: &str) -> bool {
 fn assert_refused(reg: &Registry, tag: &str, expect: &[&str]) -> Value {
     let work = tempfile::tempdir().expect("tmp");
     let before = reg.storage();
-    let run = apply(reg, work.path(), "rocm", &[tag], &["--manifest", "m.json"]);
+    let run = apply_rocm(reg, work.path(), tag).run();
     assert_eq!(run.code, 1, "{tag}: {}\n{}", run.stdout, run.stderr);
     let map = run.json();
     let img = &map["images"][0];
@@ -162,16 +161,26 @@ fn patched_then_shadowed_fails_verify(how: &str, at: &str, expect: &str) {
     let reg = Registry::start();
     reg.seed(&[TAG]);
     let work = tempfile::tempdir().expect("tmp");
-    let run = apply(&reg, work.path(), "rocm", &[TAG], &[]);
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("rocm")
+        .repo(reg.repo())
+        .tag(TAG)
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let ok = cli(work.path(), &["verify", &format!("{}:{TAG}", reg.repo())]);
+    let ok = Tool::new("verify")
+        .cwd(work.path())
+        .arg(format!("{}:{TAG}", reg.repo()))
+        .run();
     assert_eq!(ok.code, 0, "the patched image verifies: {}", ok.stdout);
     let out_tag = format!("{TAG}-patched-{how}");
     craft(&reg, TAG, how, &out_tag, &["--at", at]);
-    let v = cli(
-        work.path(),
-        &["verify", "--json", &format!("{}:{out_tag}", reg.repo())],
-    );
+    let v = Tool::new("verify")
+        .cwd(work.path())
+        .json()
+        .arg(format!("{}:{out_tag}", reg.repo()))
+        .run();
     assert_eq!(
         v.code, 1,
         "verify passed a shadowed image: {}{}",
@@ -222,42 +231,21 @@ fn verify_names_a_patched_file_hidden_by_a_whiteout() {
     );
 }
 
-/// `apply` under `/usr/bin/time -v`: the run and its peak resident memory in KiB.
+/// `apply --json` of `tag` (rocm) in `work`, its map in `m.json`.
+fn apply_rocm(reg: &Registry, work: &Path, tag: &str) -> Tool {
+    Tool::new("apply")
+        .cwd(work)
+        .backend("rocm")
+        .repo(reg.repo())
+        .tag(tag)
+        .json()
+        .digest_map("m.json")
+}
+
+/// `apply` under `/usr/bin/time`: the run and its peak resident memory in KiB.
 fn apply_measured(reg: &Registry, work: &Path, tag: &str) -> (Run, u64) {
-    let repo = reg.repo();
-    let out = Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg(env!("CARGO_BIN_EXE_runner-patch"))
-        .args([
-            "apply",
-            "--backend",
-            "rocm",
-            "--repository",
-            &repo,
-            "--tag",
-            tag,
-            "--json",
-            "--manifest",
-            "m.json",
-        ])
-        .env("DOCKER_CONFIG", work.join(".no-docker-config"))
-        .env("XDG_CACHE_HOME", work.join(".cache"))
-        .current_dir(work)
-        .output()
-        .expect("run /usr/bin/time (apt-get install time)");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let rss = stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak RSS from /usr/bin/time: {stderr}"));
-    eprintln!("apply {tag}: peak RSS {rss} KiB");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr,
-    };
-    (run, rss)
+    let m = apply_rocm(reg, work, tag).measured(Duration::from_secs(600));
+    (m.run, m.rss_kib)
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -407,22 +395,14 @@ fn platform_scans_are_bounded_by_jobs() {
     assert_ne!(vllm_layer(amd), vllm_layer(arm), "the children differ");
     let work = tempfile::tempdir().expect("tmp");
     let log_start = reg.log().len();
-    let repo = reg.repo();
-    let run = cli(
-        work.path(),
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            "cuda12.9-vllm0.27.1",
-            "--jobs",
-            "1",
-            "--json",
-        ],
-    );
+    let run = Tool::new("plan")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag("cuda12.9-vllm0.27.1")
+        .args(["--jobs", "1"])
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let log = reg.log()[log_start..].to_owned();
     let first = |needle: &str| {

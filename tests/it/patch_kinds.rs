@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::harness::{apply, cli, root, unpack, Registry};
+use crate::harness::{root, unpack, Registry, Tool};
 
 const TARGET: &str = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py";
 
@@ -29,20 +29,13 @@ fn bad_patch_stops_the_run_before_any_registry_request() {
     );
     let before = reg.log().len();
     for cmd in ["plan", "apply"] {
-        let run = cli(
-            work.path(),
-            &[
-                cmd,
-                "--backend",
-                "cuda",
-                "--repository",
-                &reg.repo(),
-                "--tag",
-                "cuda12.9-vllm0.27.1",
-                "--patch",
-                &bad,
-            ],
-        );
+        let run = Tool::new(cmd)
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(reg.repo())
+            .tag("cuda12.9-vllm0.27.1")
+            .patch(&bad)
+            .run();
         assert_eq!(run.code, 2, "{cmd}: {}", run.stderr);
         assert!(
             run.stderr
@@ -59,17 +52,12 @@ fn bad_patch_stops_the_run_before_any_registry_request() {
 fn patches_lists_catalogue_and_folders() {
     let work = tempfile::tempdir().expect("tmp");
     let examples = root().join("examples/patches");
-    let run = cli(
-        work.path(),
-        &[
-            "patches",
-            "--json",
-            "--patch",
-            &examples.join("observe-diff-data").display().to_string(),
-            "--patch",
-            &examples.join("nccl-p2p-off").display().to_string(),
-        ],
-    );
+    let run = Tool::new("patches")
+        .cwd(work.path())
+        .json()
+        .patch(examples.join("observe-diff-data"))
+        .patch(examples.join("nccl-p2p-off"))
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let list = run.json();
     let kinds: Vec<(&str, &str)> = list
@@ -129,16 +117,12 @@ fn diff_patch_on_unpacked_image_gives_what_apply_writes() {
         "the fixture has stale bytecode of the module"
     );
     let diff = root().join("examples/patches/observe-diff-data");
-    let run = cli(
-        work.path(),
-        &[
-            "patch-dir",
-            &rootfs.display().to_string(),
-            "--patch",
-            &diff.display().to_string(),
-            "--json",
-        ],
-    );
+    let run = Tool::new("patch-dir")
+        .cwd(work.path())
+        .arg(&rootfs)
+        .patch(&diff)
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let report = run.json();
     assert_eq!(report["patches"][0]["outcome"], "patched", "{report}");
@@ -159,7 +143,13 @@ fn diff_patch_on_unpacked_image_gives_what_apply_writes() {
         "no stale bytecode left"
     );
 
-    let run = apply(&reg, work.path(), "cuda", &[tag], &[]);
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(tag)
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let (patched_rootfs, _) = unpack(
         &format!("{}:{tag}", reg.repo()),
@@ -174,15 +164,11 @@ fn diff_patch_on_unpacked_image_gives_what_apply_writes() {
         std::fs::read(&theirs[0]).expect("read"),
         "the diff patch and apply's shapes patch write the same bytes"
     );
-    let again = cli(
-        work.path(),
-        &[
-            "patch-dir",
-            &patched_rootfs.display().to_string(),
-            "--patch",
-            &diff.display().to_string(),
-        ],
-    );
+    let again = Tool::new("patch-dir")
+        .cwd(work.path())
+        .arg(&patched_rootfs)
+        .patch(&diff)
+        .run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(again.stdout.contains("already-patched"), "{}", again.stdout);
 }
@@ -272,16 +258,16 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
     let (diff, expected_base) = base_diff_patch(work.path(), &rootfs);
     let env = root().join("examples/patches/nccl-p2p-off");
     let env = env.to_str().expect("utf8");
-    let patches = [
-        "--patch",
-        "multiconnector-observe",
-        "--patch",
-        diff.as_str(),
-        "--patch",
-        env,
-    ];
+    let patches = ["multiconnector-observe", diff.as_str(), env];
+    let apply = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(tag)
+        .json();
+    let stacked = patches.iter().fold(apply.clone(), |t, p| t.patch(p));
 
-    let run = apply(&reg, work.path(), "cuda", &[tag], &patches);
+    let run = stacked.run();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let map = run.json();
     assert_eq!(
@@ -341,39 +327,28 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
     );
 
     let map_path = work.path().join("runner-patch-manifest.json");
-    let map_arg = map_path.to_str().expect("utf8");
-    let mut verify = vec!["verify", "--manifest", map_arg];
-    verify.extend_from_slice(&patches);
-    let v = cli(work.path(), &verify);
+    let on_map = |command: &str| Tool::new(command).cwd(work.path()).digest_map(&map_path);
+    let v = patches
+        .iter()
+        .fold(on_map("verify"), |t, p| t.patch(p))
+        .run();
     assert_eq!(v.code, 0, "{}\n{}", v.stdout, v.stderr);
     // A re-run finds every patch applied.
-    let again = apply(&reg, work.path(), "cuda", &[tag], &patches);
+    let again = stacked.run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.json()["images"][0]["outcome"], "already-patched");
 
-    let rb = cli(work.path(), &["rollback", "--manifest", map_arg]);
+    let rb = on_map("rollback").run();
     assert_eq!(rb.code, 0, "{}\n{}", rb.stdout, rb.stderr);
     assert_eq!(crate::harness::served(&reference), original_digest);
 
     // The second patch alone on an image carrying the first: one more layer, both kept.
     std::fs::remove_file(&map_path).expect("rm map");
-    let first = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[tag],
-        &["--patch", "multiconnector-observe"],
-    );
+    let first = apply.clone().patch("multiconnector-observe").run();
     assert_eq!(first.code, 0, "{}", first.stderr);
     let after_first = crate::harness::served(&reference);
     std::fs::remove_file(&map_path).expect("rm map");
-    let second = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[tag],
-        &["--patch", diff.as_str()],
-    );
+    let second = apply.patch(&diff).run();
     assert_eq!(second.code, 0, "{}", second.stderr);
     let rec = &second.json()["images"][0];
     assert_eq!(
@@ -391,12 +366,9 @@ fn stacked_patches_get_one_layer_each_and_verify_and_roll_back() {
         config["config"]["Labels"]["dev.runner-patch.patches"],
         "multiconnector-observe,base-note"
     );
-    let v = cli(
-        work.path(),
-        &["verify", "--manifest", map_arg, "--patch", diff.as_str()],
-    );
+    let v = on_map("verify").patch(&diff).run();
     assert_eq!(v.code, 0, "{}\n{}", v.stdout, v.stderr);
-    let rb = cli(work.path(), &["rollback", "--manifest", map_arg]);
+    let rb = on_map("rollback").run();
     assert_eq!(rb.code, 0, "{}", rb.stderr);
     assert_eq!(crate::harness::served(&reference), after_first);
 }

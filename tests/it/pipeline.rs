@@ -43,10 +43,12 @@ fn discovery_plan_apply_verify_rollback() {
 
     // plan: exactly the affected multi-arch tags of the backend; nothing written anywhere.
     let before = reg.storage();
-    let plan = cli(
-        work.path(),
-        &["plan", "--backend", "cuda", "--repository", &repo, "--json"],
-    );
+    let plan_all = Tool::new("plan")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(&repo)
+        .json();
+    let plan = plan_all.run();
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     let planned = plan.json();
     assert_eq!(
@@ -67,18 +69,7 @@ fn discovery_plan_apply_verify_rollback() {
     );
     assert_eq!(reg.storage(), before, "plan wrote to the registry");
     assert!(!work.path().join("runner-patch-manifest.json").exists());
-    let dev = cli(
-        work.path(),
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--json",
-            "--include-dev",
-        ],
-    );
+    let dev = plan_all.arg("--include-dev").run();
     assert_eq!(
         sources(&dev.json()),
         [
@@ -89,18 +80,12 @@ fn discovery_plan_apply_verify_rollback() {
     );
 
     // apply: companions follow their children; output carries no terminal control characters.
-    let run = cli(
-        work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--jobs",
-            "2",
-        ],
-    );
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(&repo)
+        .args(["--jobs", "2"])
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     for out in [&run.stdout, &run.stderr] {
         assert!(
@@ -167,21 +152,19 @@ fn discovery_plan_apply_verify_rollback() {
     }
 
     // verify: passes on what apply made.
-    let ok = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let on_map = |command: &str| {
+        Tool::new(command)
+            .cwd(work.path())
+            .digest_map("runner-patch-manifest.json")
+            .run()
+    };
+    let verify_ref = |reference: String| Tool::new("verify").cwd(work.path()).arg(reference).run();
+    let ok = on_map("verify");
     assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
-    let by_ref = cli(
-        work.path(),
-        &["verify", &format!("{repo}:cuda12.9-vllm0.27.1")],
-    );
+    let by_ref = verify_ref(format!("{repo}:cuda12.9-vllm0.27.1"));
     assert_eq!(by_ref.code, 0, "{}{}", by_ref.stdout, by_ref.stderr);
     // ... and fails on an unpatched image, naming why.
-    let unpatched = cli(
-        work.path(),
-        &["verify", &format!("{repo}:cuda12.9-vllm0.27.1-dev")],
-    );
+    let unpatched = verify_ref(format!("{repo}:cuda12.9-vllm0.27.1-dev"));
     assert_eq!(unpatched.code, 1, "{}", unpatched.stdout);
     assert!(
         unpatched.stdout.contains("FAIL") && unpatched.stdout.contains("not the patched shape"),
@@ -190,10 +173,7 @@ fn discovery_plan_apply_verify_rollback() {
     );
 
     // rollback: every tag the map moved is back on its original digest, exactly.
-    let rb = cli(
-        work.path(),
-        &["rollback", "--manifest", "runner-patch-manifest.json"],
-    );
+    let rb = on_map("rollback");
     assert_eq!(rb.code, 0, "{}", rb.stderr);
     assert!(rb.stdout.contains("restored"), "{}", rb.stdout);
     for i in map["images"].as_array().expect("images") {
@@ -209,20 +189,14 @@ fn discovery_plan_apply_verify_rollback() {
         }
     }
     // A second rollback moves nothing; verify now reports the tags are not patched.
-    let rb2 = cli(
-        work.path(),
-        &["rollback", "--manifest", "runner-patch-manifest.json"],
-    );
+    let rb2 = on_map("rollback");
     assert_eq!(rb2.code, 0);
     assert!(
         !rb2.stdout.contains("restored") && rb2.stdout.contains("already original"),
         "{}",
         rb2.stdout
     );
-    let after = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let after = on_map("verify");
     assert_eq!(after.code, 1);
     assert!(
         after.stdout.contains("not at the patched"),
@@ -237,7 +211,13 @@ fn verify_names_each_alteration() {
     reg.seed(&["cuda12.9-vllm0.27.1"]);
     let work = tempfile::tempdir().expect("tmp");
     let tag = "cuda12.9-vllm0.27.1";
-    let run = apply(&reg, work.path(), "cuda", &[tag], &[]);
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(tag)
+        .json()
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
     for (how, expect) in [
@@ -270,10 +250,7 @@ fn verify_names_each_alteration() {
         }
         let path = work.path().join(format!("{how}.json"));
         std::fs::write(&path, serde_json::to_vec(&m).expect("json")).expect("write");
-        let v = cli(
-            work.path(),
-            &["verify", "--manifest", path.to_str().expect("utf8")],
-        );
+        let v = Tool::new("verify").cwd(work.path()).digest_map(&path).run();
         assert_eq!(
             v.code, 1,
             "{how}: verify passed an altered image:\n{}{}",

@@ -63,8 +63,7 @@ fn serve_dir(dir: PathBuf) -> String {
 fn registry_with_password() -> (Registry, Value) {
     let mut reg = Registry::start();
     let seeded = reg.seed(DEMO_CUDA);
-    let out = Command::new("python3")
-        .arg(root().join("tests/support/registry_auth.py"))
+    let out = python("tests.support.registry_auth")
         .args(["htpasswd", "--dir"])
         .arg(reg.dir.path())
         .args(["--user", USER, "--password", PASSWORD])
@@ -99,9 +98,8 @@ fn run_example(reg: &Registry, work: &Path, secrets: &[(&str, &str)]) -> (i32, S
     )
     .expect("write");
     let http = serve_dir(dl);
-    let mut cmd = Command::new("python3");
-    cmd.arg(root().join("tests/support/run_workflow.py"))
-        .arg(root().join("examples/github-actions/patch-runner.yml"))
+    let mut cmd = python("tests.support.run_workflow");
+    cmd.arg(root().join("examples/github-actions/patch-runner.yml"))
         .arg("--work")
         .arg(work.join("wf"))
         .args(["--input", "backend=cuda"])
@@ -352,27 +350,12 @@ fn skopeo_creds(reference: &str) -> String {
     sha256_hex(&out.stdout)
 }
 
-/// Runs the CLI with exactly the GitHub variables given (none inherited from this process).
-fn cli_github(cwd: &Path, args: &[&str], github: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner-patch"));
-    let cache = cwd.with_extension("cache");
-    cmd.args(args)
-        .current_dir(cwd)
-        .env("XDG_CACHE_HOME", &cache)
-        .env("DOCKER_CONFIG", cwd.join(".no-docker-config"))
-        .stdin(Stdio::null());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GITHUB_") || k.starts_with("RUNNER_PATCH_") || k == "REGISTRY_AUTH_FILE" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(github.iter().copied());
-    let out = cmd.output().expect("run runner-patch");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+/// The tool in `cwd` with exactly the GitHub variables given (none inherited from this
+/// process), its scan cache beside `cwd` so that only what the run writes lands in `cwd`.
+fn with_github(tool: Tool, cwd: &Path, github: &[(&str, &str)]) -> Tool {
+    tool.cwd(cwd)
+        .env("XDG_CACHE_HOME", cwd.with_extension("cache"))
+        .envs(github.iter().copied())
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
@@ -395,24 +378,16 @@ fn step_summary_matches_the_digest_map_and_warnings_are_workflow_commands() {
         "cuda12.8-vllm0.27.1",
     ];
     reg.seed(&tags);
-    let repo = reg.repo();
-    let mut args = vec![
-        "apply",
-        "--backend",
-        "cuda",
-        "--repository",
-        &repo,
-        "--json",
-    ];
-    for t in &tags {
-        args.extend(["--tag", t]);
-    }
+    let apply = Tool::new("apply")
+        .backend("cuda")
+        .repo(reg.repo())
+        .json()
+        .tags(tags);
 
     // Outside GitHub Actions: no summary file, no workflow commands, a plain warning line.
     let plain = tempfile::tempdir().expect("tmp");
-    let mut elsewhere = args.clone();
-    elsewhere.extend(["--tag-suffix", "-elsewhere"]);
-    let run = cli_github(plain.path(), &elsewhere, &[]);
+    let elsewhere = apply.clone().args(["--tag-suffix", "-elsewhere"]);
+    let run = with_github(elsewhere, plain.path(), &[]).run();
     assert_eq!(run.code, 1, "{}", run.stderr);
     // Only the digest map (and the lock beside it) was written.
     let files = files_in(plain.path());
@@ -437,11 +412,12 @@ fn step_summary_matches_the_digest_map_and_warnings_are_workflow_commands() {
     let summary = gh.path().join("step-summary.md");
     std::fs::write(&summary, "earlier step\n").expect("write");
     let s = summary.to_str().expect("utf8");
-    let apply = cli_github(
+    let apply = with_github(
+        apply,
         gh.path(),
-        &args,
         &[("GITHUB_ACTIONS", "true"), ("GITHUB_STEP_SUMMARY", s)],
-    );
+    )
+    .run();
     assert_eq!(apply.code, 1, "{}", apply.stderr);
     let map = apply.json();
     let warnings: Vec<&str> = apply
@@ -474,11 +450,12 @@ fn step_summary_matches_the_digest_map_and_warnings_are_workflow_commands() {
     assert!(md.contains(refused["source"].as_str().expect("source")));
 
     // verify appends its own table.
-    let v = cli_github(
+    let v = with_github(
+        Tool::new("verify").digest_map("runner-patch-manifest.json"),
         gh.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
         &[("GITHUB_ACTIONS", "true"), ("GITHUB_STEP_SUMMARY", s)],
-    );
+    )
+    .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
     let md = std::fs::read_to_string(&summary).expect("summary");
     let verify = md
@@ -552,29 +529,19 @@ fn apply_after_plan_reads_no_layer_again_and_a_bad_cache_entry_is_never_trusted(
     let work = tempfile::tempdir().expect("tmp");
     let cache = work.path().join("scans");
     let c = cache.to_str().expect("utf8");
-    let repo = reg.repo();
-    let args = |cmd: &str, extra: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = [
-            cmd,
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            tag,
-            "--json",
-            "-v",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.extend(extra.iter().map(|s| s.to_string()));
-        v
+    let args = |cmd: &str, extra: &[&str]| -> Tool {
+        Tool::new(cmd)
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(reg.repo())
+            .tag(tag)
+            .json()
+            .arg("-v")
+            .args(extra)
     };
-    let run = |a: Vec<String>| {
+    let run = |tool: Tool| {
         let from = reg.log().len();
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let r = cli(work.path(), &a);
+        let r = tool.run();
         std::thread::sleep(std::time::Duration::from_millis(200));
         (r, layer_gets(&reg, from, &layers))
     };
@@ -657,9 +624,9 @@ fn apply_after_plan_reads_no_layer_again_and_a_bad_cache_entry_is_never_trusted(
         Some(served(map["images"][0]["target"].as_str().expect("target")).as_str()),
         map["images"][0]["patched_digest"].as_str()
     );
-    let v = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let v = Tool::new("verify")
+        .cwd(work.path())
+        .digest_map("runner-patch-manifest.json")
+        .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 }

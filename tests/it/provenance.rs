@@ -11,8 +11,7 @@ use crate::harness::*;
 
 /// Runs tests/support/provenance.py; returns its JSON answer.
 fn prov(reg: &Registry, command: &str, digest: &str, extra: &[&str]) -> Value {
-    let out = Command::new("python3")
-        .arg(root().join("tests/support/provenance.py"))
+    let out = python("tests.support.provenance")
         .args([
             command,
             "--registry",
@@ -24,7 +23,7 @@ fn prov(reg: &Registry, command: &str, digest: &str, extra: &[&str]) -> Value {
         ])
         .args(extra)
         .output()
-        .expect("run tests/support/provenance.py");
+        .expect("run tests.support.provenance");
     assert!(
         out.status.success(),
         "provenance.py {command} failed: {}",
@@ -58,18 +57,12 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
     let work = tempfile::tempdir().expect("tmp");
 
     // plan says what would be attached and which signature the patch leaves behind.
-    let plan = cli(
-        work.path(),
-        &[
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            tag,
-        ],
-    );
+    let plan = Tool::new("plan")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(&repo)
+        .tag(tag)
+        .run();
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     assert_eq!(
         plan.stdout
@@ -90,13 +83,13 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
         plan.stdout
     );
 
-    let run = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[tag],
-        &["--provenance-dir", "prov"],
-    );
+    let apply = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(&repo)
+        .tag(tag)
+        .json();
+    let run = apply.clone().args(["--provenance-dir", "prov"]).run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
     let img = &map["images"][0];
@@ -267,13 +260,19 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
         .expect("json");
         assert_eq!(&predicate, pred);
     }
-    let verify = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let on_map = |command: &str| {
+        Tool::new(command)
+            .cwd(work.path())
+            .digest_map("runner-patch-manifest.json")
+            .run()
+    };
+    let verify = on_map("verify");
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
     // From the registry alone (no map): which original and which patch made each platform.
-    let by_digest = cli(work.path(), &["verify", &format!("{repo}@{patched_top}")]);
+    let by_digest = Tool::new("verify")
+        .cwd(work.path())
+        .arg(format!("{repo}@{patched_top}"))
+        .run();
     assert_eq!(by_digest.code, 0, "{}", by_digest.stdout);
     for p in img["platforms"].as_array().expect("platforms") {
         let line = format!(
@@ -289,19 +288,10 @@ fn provenance_is_attached_validated_and_agrees_with_registry_and_map() {
 
     // A re-run attaches nothing new; rollback leaves the record and says so.
     let before = reg.storage();
-    let again = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[tag],
-        &["--manifest", "again.json"],
-    );
+    let again = apply.digest_map("again.json").run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(reg.storage(), before, "re-run wrote to the registry");
-    let back = cli(
-        work.path(),
-        &["rollback", "--manifest", "runner-patch-manifest.json"],
-    );
+    let back = on_map("rollback");
     assert_eq!(back.code, 0, "{}", back.stderr);
     assert_eq!(
         back.stdout.matches("provenance kept").count(),
@@ -327,7 +317,13 @@ fn verify_names_each_altered_provenance_field() {
     let tag = "cuda12.8-vllm0.27.1";
     reg.seed(&[tag]);
     let work = tempfile::tempdir().expect("tmp");
-    let run = apply(&reg, work.path(), "cuda", &[tag], &[]);
+    let apply = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(tag)
+        .json();
+    let run = apply.run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
     let patched = map["images"][0]["platforms"][0]["patched_digest"]
@@ -335,11 +331,13 @@ fn verify_names_each_altered_provenance_field() {
         .expect("patched")
         .to_owned();
     let by_ref = format!("{}:{tag}", reg.repo());
-    for args in [
-        vec!["verify", "--manifest", "runner-patch-manifest.json"],
-        vec!["verify", by_ref.as_str()],
-    ] {
-        let ok = cli(work.path(), &args);
+    let verify = Tool::new("verify").cwd(work.path());
+    let verifies = [
+        verify.clone().digest_map("runner-patch-manifest.json"),
+        verify.clone().arg(&by_ref),
+    ];
+    for v in &verifies {
+        let ok = v.run();
         assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
     }
     for (how, field) in [
@@ -349,17 +347,14 @@ fn verify_names_each_altered_provenance_field() {
         ("missing", "no statement is attached"),
     ] {
         let altered = prov(&reg, "alter", &patched, &["--how", how]);
-        for args in [
-            vec!["verify", "--manifest", "runner-patch-manifest.json"],
-            vec!["verify", by_ref.as_str()],
-        ] {
-            let v = cli(work.path(), &args);
-            assert_eq!(v.code, 1, "{how}: {args:?}: {}{}", v.stdout, v.stderr);
+        for tool in &verifies {
+            let v = tool.run();
+            assert_eq!(v.code, 1, "{how}: {tool:?}: {}{}", v.stdout, v.stderr);
             assert!(
                 v.stdout
                     .lines()
                     .any(|l| l.contains("provenance") && l.contains(field)),
-                "{how}: {args:?}: no provenance problem naming {field:?} in {}",
+                "{how}: {tool:?}: no provenance problem naming {field:?} in {}",
                 v.stdout
             );
         }
@@ -369,25 +364,16 @@ fn verify_names_each_altered_provenance_field() {
             &patched,
             &["--index", altered["previous"].as_str().expect("previous")],
         );
-        let ok = cli(
-            work.path(),
-            &["verify", "--manifest", "runner-patch-manifest.json"],
-        );
+        let ok = verifies[0].run();
         assert_eq!(ok.code, 0, "after restoring {how}: {}", ok.stdout);
     }
 
     // Published as it is under another repository: the record goes with the image.
     let mirror = format!("{}/mirror/runner", reg.addr);
-    let again = apply(
-        &reg,
-        work.path(),
-        "cuda",
-        &[tag],
-        &["--target-repository", &mirror, "--manifest", "mirror.json"],
-    );
+    let again = apply.target_repo(&mirror).digest_map("mirror.json").run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.json()["images"][0]["outcome"], "already-patched");
-    let v = cli(work.path(), &["verify", &format!("{mirror}:{tag}")]);
+    let v = verify.arg(format!("{mirror}:{tag}")).run();
     assert_eq!(v.code, 0, "{}", v.stdout);
     assert!(v.stdout.contains("made from"), "{}", v.stdout);
 }
@@ -398,7 +384,14 @@ fn no_provenance_attaches_nothing() {
     let tag = "cuda12.8-vllm0.27.1";
     reg.seed(&[tag]);
     let work = tempfile::tempdir().expect("tmp");
-    let run = apply(&reg, work.path(), "cuda", &[tag], &["--no-provenance"]);
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(tag)
+        .json()
+        .arg("--no-provenance")
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
     let p = &map["images"][0]["platforms"][0];
@@ -410,20 +403,21 @@ fn no_provenance_attaches_nothing() {
         &[],
     );
     assert!(found["index"].is_null(), "{found}");
-    let v = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let verify = Tool::new("verify").cwd(work.path());
+    let v = verify
+        .clone()
+        .digest_map("runner-patch-manifest.json")
+        .run();
     assert_eq!(v.code, 0, "{}", v.stdout);
     let by_ref = format!("{}:{tag}", reg.repo());
-    let v = cli(work.path(), &["verify", &by_ref]);
+    let v = verify.clone().arg(&by_ref).run();
     assert_eq!(v.code, 1, "{}", v.stdout);
     assert!(
         v.stdout.contains("no statement is attached"),
         "{}",
         v.stdout
     );
-    let v = cli(work.path(), &["verify", "--no-provenance", &by_ref]);
+    let v = verify.arg("--no-provenance").arg(&by_ref).run();
     assert_eq!(v.code, 0, "{}", v.stdout);
 }
 
@@ -436,7 +430,7 @@ fn a_registry_that_processes_subject_gets_no_referrers_tag() {
     let plan_path = work.path().join("plan.json");
     std::fs::write(&plan_path, "[]").expect("plan");
     let proxy = Daemon::start(
-        "fault_proxy.py",
+        "fault_proxy",
         &[
             "--upstream",
             &reg.addr,
@@ -445,17 +439,17 @@ fn a_registry_that_processes_subject_gets_no_referrers_tag() {
         ],
     );
     let via = format!("{}/{REPO}", proxy.addr());
-    let args = [
-        "--backend",
-        "cuda",
-        "--repository",
-        via.as_str(),
-        "--tag",
-        tag,
-        "--json",
-    ];
+    let through_proxy = |command: &str| {
+        Tool::new(command)
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(&via)
+            .tag(tag)
+            .json()
+            .run()
+    };
     // The artifact and its subject are final in a plan (through the same name: base.name).
-    let plan = cli(work.path(), &[&["plan"][..], &args[..]].concat());
+    let plan = through_proxy("plan");
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     let p = &plan.json()["images"][0]["platforms"][0];
     let artifact = p["provenance"]["digest"]
@@ -473,7 +467,7 @@ fn a_registry_that_processes_subject_gets_no_referrers_tag() {
         .to_string(),
     )
     .expect("plan");
-    let run = cli(work.path(), &[&["apply"][..], &args[..]].concat());
+    let run = through_proxy("apply");
     assert_eq!(run.code, 0, "{}", run.stderr);
     let rec = &run.json()["images"][0]["platforms"][0]["provenance"];
     assert_eq!(rec["digest"], artifact.as_str());

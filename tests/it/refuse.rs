@@ -29,13 +29,14 @@ fn unpatchable_images_are_refused_and_nothing_is_pushed() {
             "Ascend path needs its own patch",
         ),
     ] {
-        let run = apply(
-            &reg,
-            work.path(),
-            backend,
-            &[tag],
-            &["--manifest", "m.json"],
-        );
+        let run = Tool::new("apply")
+            .cwd(work.path())
+            .backend(backend)
+            .repo(reg.repo())
+            .tag(tag)
+            .json()
+            .digest_map("m.json")
+            .run();
         assert_eq!(run.code, 1, "{tag}: {}", run.stderr);
         let map = run.json();
         let img = &map["images"][0];
@@ -72,83 +73,42 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
         format!("{a}/gpustack/runner")
     };
     let tagged = format!("{repo}:tag");
-    let cases: Vec<(Vec<&str>, &str)> = vec![
+    let apply = |backend: &str, repo: &str, tag: &str| {
+        Tool::new("apply")
+            .cwd(work.path())
+            .backend(backend)
+            .repo(repo)
+            .tag(tag)
+    };
+    let cases = [
         (
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                "Not A Repo!",
-                "--tag",
-                "rocm7.2-vllm0.25.1",
-            ],
+            apply("rocm", "Not A Repo!", "rocm7.2-vllm0.25.1"),
             "not a valid repository",
         ),
         (
-            vec![
-                "apply",
-                "--backend",
-                "tpu",
-                "--repository",
-                &repo,
-                "--tag",
-                "rocm7.2-vllm0.25.1",
-            ],
+            apply("tpu", &repo, "rocm7.2-vllm0.25.1"),
             "invalid value 'tpu'",
         ),
         (
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                &repo,
-                "--tag",
-                "rocm7.2-vllm9.9.9",
-            ],
+            apply("rocm", &repo, "rocm7.2-vllm9.9.9"),
             "rocm7.2-vllm9.9.9",
         ),
         (
-            vec![
-                "apply",
-                "--backend",
-                "cuda",
-                "--repository",
-                &repo,
-                "--tag",
-                "rocm7.2-vllm0.25.1",
-            ],
+            apply("cuda", &repo, "rocm7.2-vllm0.25.1"),
             "is not a cuda tag",
         ),
         (
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                &dead,
-                "--tag",
-                "rocm7.2-vllm0.25.1",
-            ],
+            apply("rocm", &dead, "rocm7.2-vllm0.25.1"),
             "rocm7.2-vllm0.25.1",
         ),
         (
-            vec![
-                "apply",
-                "--backend",
-                "rocm",
-                "--repository",
-                &tagged,
-                "--tag",
-                "rocm7.2-vllm0.25.1",
-            ],
+            apply("rocm", &tagged, "rocm7.2-vllm0.25.1"),
             "names a tag or digest",
         ),
     ];
     let before = reg.storage();
     for (args, needle) in cases {
-        let run = cli(work.path(), &args);
+        let run = args.run();
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert!(
             run.stderr.contains(needle),

@@ -5,7 +5,7 @@
 //! these tests cannot skip; a plain `cargo test` skips them, saying so, when they are not built.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -31,45 +31,31 @@ fn dist_bin() -> Option<PathBuf> {
     None
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+fn text(o: &Run) -> String {
+    format!("{}{}", o.stdout, o.stderr)
 }
 
 /// `runner-patch plan --json` with an empty environment (`env -i`, but for no retries, so a
 /// failure is quick), optionally in a chroot.
-fn plan_bare(bin: &str, chroot: Option<&Path>, repo: &str) -> Output {
-    let mut cmd = match chroot {
-        Some(r) => {
-            let mut c = Command::new(chroot_bin());
-            c.arg(r).arg(bin);
-            c
-        }
-        None => Command::new(bin),
-    };
-    cmd.env_clear()
+fn plan_bare(bin: &str, chroot: Option<&Path>, repo: &str) -> Run {
+    let plan = Tool::new("plan")
+        .bin(bin)
+        .bare()
         .env("RUNNER_PATCH_RETRIES", "0")
-        .args([
-            "plan",
-            "--backend",
-            "cuda",
-            "--repository",
-            repo,
-            "--tag",
-            TAG,
-        ])
-        .arg("--json")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the dist binary")
+        .backend("cuda")
+        .repo(repo)
+        .tag(TAG)
+        .json();
+    match chroot {
+        Some(r) => plan.via(chroot_bin(), [r]),
+        None => plan,
+    }
+    .run()
 }
 
-fn outcome(o: &Output) -> Value {
+fn outcome(o: &Run) -> Value {
     let v: Value =
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)));
+        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)));
     v["images"][0].clone()
 }
 
@@ -102,13 +88,13 @@ fn chroot_bin() -> PathBuf {
 }
 
 fn chroot_works(root: &Path, bin: &str) -> Result<(), String> {
-    let o = Command::new(chroot_bin())
-        .arg(root)
-        .args([bin, "--version"])
-        .env_clear()
-        .output()
+    let o = Tool::new("--version")
+        .bin(bin)
+        .via(chroot_bin(), [root])
+        .bare()
+        .try_run()
         .map_err(|e| format!("chroot: {e}"))?;
-    if o.status.success() {
+    if o.code == 0 {
         Ok(())
     } else {
         Err(text(&o).trim().to_owned())
@@ -127,22 +113,24 @@ fn dist_binary_is_static_and_runs_plan_with_an_empty_environment_and_in_a_bare_r
             sha256_hex(&bytes).trim_start_matches("sha256:")
         )
     );
-    let file = Command::new("file").arg(&bin).output().expect("file");
+    let file = Run::from(Command::new("file").arg(&bin).output().expect("file"));
     let file = text(&file);
     assert!(
         file.contains("statically linked") || file.contains("static-pie linked"),
         "{file}"
     );
     assert!(file.contains(", stripped"), "{file}");
-    let ldd = text(&Command::new("ldd").arg(&bin).output().expect("ldd"));
+    let ldd = text(&Run::from(
+        Command::new("ldd").arg(&bin).output().expect("ldd"),
+    ));
     assert!(
         ldd.contains("not a dynamic executable") || ldd.contains("statically linked"),
         "{ldd}"
     );
 
     let b = bin.to_str().expect("utf8");
-    let version = Command::new(b).arg("--version").output().expect("version");
-    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let version = Tool::new("--version").bin(b).bare().run();
+    let version = version.stdout.trim().to_owned();
     let commit = version
         .strip_prefix(&format!(
             "runner-patch {} (commit ",
@@ -172,19 +160,13 @@ fn dist_binary_is_static_and_runs_plan_with_an_empty_environment_and_in_a_bare_r
     // to a patched image names its source, so the digests differ by repository name).
     let work = tempfile::tempdir().expect("tmp");
     let expected = |repo: &str| {
-        let r = cli(
-            work.path(),
-            &[
-                "plan",
-                "--backend",
-                "cuda",
-                "--repository",
-                repo,
-                "--tag",
-                TAG,
-                "--json",
-            ],
-        );
+        let r = Tool::new("plan")
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(repo)
+            .tag(TAG)
+            .json()
+            .run();
         assert_eq!(r.code, 0, "{}", r.stderr);
         let d = r.json()["images"][0]["patched_digest"].clone();
         assert!(d.is_string(), "{}", r.stdout);
@@ -198,7 +180,7 @@ fn dist_binary_is_static_and_runs_plan_with_an_empty_environment_and_in_a_bare_r
     // An empty environment: no HOME, no PATH, no locale; an IP literal and a name.
     for (repo, want) in &expected {
         let o = plan_bare(b, None, repo);
-        assert!(o.status.success(), "env -i plan {repo}: {}", text(&o));
+        assert!(o.code == 0, "env -i plan {repo}: {}", text(&o));
         assert_eq!(&outcome(&o)["patched_digest"], want, "{repo}");
     }
 
@@ -211,7 +193,7 @@ fn dist_binary_is_static_and_runs_plan_with_an_empty_environment_and_in_a_bare_r
     }
     for (repo, want) in &expected {
         let o = plan_bare("/runner-patch", Some(&root_dir), repo);
-        assert!(o.status.success(), "chroot plan {repo}: {}", text(&o));
+        assert!(o.code == 0, "chroot plan {repo}: {}", text(&o));
         assert_eq!(&outcome(&o)["patched_digest"], want, "{repo}");
     }
     // A name only DNS could answer: the resolver runs (no nameserver here) and the run ends
@@ -221,8 +203,8 @@ fn dist_binary_is_static_and_runs_plan_with_an_empty_environment_and_in_a_bare_r
         Some(&root_dir),
         "registry.runner-patch.invalid/gpustack/runner",
     );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.code, 2, "{}", text(&o));
+    let err = &o.stderr;
     let errors: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("runner-patch: error:"))
@@ -253,9 +235,9 @@ fn tool_image() -> Option<String> {
 }
 
 fn run_ok(cmd: &mut Command) -> String {
-    let o = cmd.output().expect("spawn");
-    assert!(o.status.success(), "{cmd:?}: {}", text(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    let o = Run::from(cmd.output().expect("spawn"));
+    assert!(o.code == 0, "{cmd:?}: {}", text(&o));
+    o.stdout.trim().to_owned()
 }
 
 /// Every file (not directory) under `dir`, relative.
@@ -356,7 +338,7 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
     match chroot_works(&rootfs, "/usr/local/bin/runner-patch") {
         Ok(()) => {
             let o = plan_bare("/usr/local/bin/runner-patch", Some(&rootfs), &repo);
-            assert!(o.status.success(), "plan in the image's root: {}", text(&o));
+            assert!(o.code == 0, "plan in the image's root: {}", text(&o));
             assert_eq!(outcome(&o)["outcome"], "patched");
         }
         Err(why) => {
@@ -368,12 +350,13 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
     // podman: run it for real where podman can run containers.
     let probe = Command::new("podman")
         .args(["run", "--rm", "--network", "host", &image, "--version"])
-        .output();
+        .output()
+        .map(Run::from);
     // Only a failure of the container runtime itself (crun/runc/OCI errors: no container can
     // start here) is a skip; the image failing to run is a failure.
     let why = match &probe {
         Err(e) => Some(format!("podman: {e}")),
-        Ok(o) if !o.status.success() => {
+        Ok(o) if o.code != 0 => {
             let t = text(o);
             let runtime = ["crun:", "runc:", "OCI runtime", "OCI permission denied"];
             assert!(
@@ -392,11 +375,7 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
         return;
     }
     let probe = probe.expect("probe");
-    assert!(
-        String::from_utf8_lossy(&probe.stdout).contains(&revision),
-        "{}",
-        text(&probe)
-    );
+    assert!(probe.stdout.contains(&revision), "{}", text(&probe));
     let work = tempfile::tempdir().expect("tmp");
     let mount = format!("{}:/work", work.path().display());
     let podman = |args: &[&str]| {
@@ -416,6 +395,7 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
             .arg(&image)
             .args(args)
             .output()
+            .map(Run::from)
             .expect("podman run")
     };
     let plan = podman(&[
@@ -428,7 +408,7 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
         TAG,
         "--json",
     ]);
-    assert!(plan.status.success(), "{}", text(&plan));
+    assert!(plan.code == 0, "{}", text(&plan));
     assert_eq!(outcome(&plan)["outcome"], "patched");
     let apply = podman(&[
         "apply",
@@ -440,7 +420,7 @@ fn tool_image_holds_the_binary_and_ca_certificates_only_and_runs_plan_and_apply(
         TAG,
         "--json",
     ]);
-    assert!(apply.status.success(), "{}", text(&apply));
+    assert!(apply.code == 0, "{}", text(&apply));
     let rec = outcome(&apply);
     assert_eq!(rec["patched_digest"], outcome(&plan)["patched_digest"]);
     assert_eq!(

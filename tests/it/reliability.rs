@@ -32,14 +32,22 @@ fn patched_digest(map: &Value) -> String {
         .to_owned()
 }
 
+/// `apply --json` of the tag from `repository`, in `cwd`.
+fn apply(cwd: &Path, repository: &str) -> Tool {
+    Tool::new("apply")
+        .cwd(cwd)
+        .backend("cuda")
+        .repo(repository)
+        .tag(TAG)
+        .json()
+}
+
 /// The digest a clean run gives (the fixture and the patch are reproducible).
 /// What `plan` (which pushes nothing) says the patched digest will be, reading the source by
 /// this exact name: the OCI child's `base.name` annotation names it, so another registry
-/// address gives another digest.
-fn planned_digest(cwd: &std::path::Path, apply_args: &[&str]) -> String {
-    let mut args = apply_args.to_vec();
-    args[0] = "plan";
-    let run = cli(cwd, &args);
+/// address gives another digest. `args` are apply's arguments after the subcommand.
+fn planned_digest(cwd: &Path, args: &[&str]) -> String {
+    let run = Tool::new("plan").cwd(cwd).args(args).run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     patched_digest(&run.json())
 }
@@ -49,8 +57,7 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
     let mut reg = Registry::start();
     reg.seed(&[TAG]);
     let ht = reg.dir.path().join("htpasswd");
-    let out = std::process::Command::new("python3")
-        .arg(root().join("tests/support/registry_auth.py"))
+    let out = python("tests.support.registry_auth")
         .args([
             "htpasswd",
             "--dir",
@@ -74,18 +81,12 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
     let work = tempfile::tempdir().expect("tmp");
     let repo = reg.repo();
 
-    let anon = cli(
-        work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            TAG,
-        ],
-    );
+    let anon = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(&repo)
+        .tag(TAG)
+        .run();
     assert_eq!(anon.code, 2, "{}", anon.stderr);
     assert!(
         anon.stderr.contains("no credentials found"),
@@ -94,30 +95,18 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
     );
 
     let cfg = docker_config(work.path(), &reg.addr);
-    let env = [("DOCKER_CONFIG", cfg.to_str().expect("utf8"))];
-    let run = cli_env(
-        work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            TAG,
-            "--json",
-            "-vv",
-        ],
-        &env,
-    );
+    let run = apply(work.path(), &repo)
+        .arg("-vv")
+        .env("DOCKER_CONFIG", &cfg)
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["images"][0]["outcome"], "patched");
     assert!(!run.stderr.contains(PASSWORD), "password printed");
-    let v = cli_env(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-        &env,
-    );
+    let v = Tool::new("verify")
+        .cwd(work.path())
+        .digest_map("runner-patch-manifest.json")
+        .env("DOCKER_CONFIG", &cfg)
+        .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 
     // The same credentials through a credential helper (credHelpers), as Docker runs them.
@@ -139,27 +128,12 @@ fn htpasswd_auth_with_credentials_from_docker_config() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let henv = [
-        ("DOCKER_CONFIG", hcfg.to_str().expect("utf8")),
-        ("PATH", path.as_str()),
-    ];
-    let again = cli_env(
-        work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &repo,
-            "--tag",
-            TAG,
-            "--json",
-            "-vv",
-            "--manifest",
-            "again.json",
-        ],
-        &henv,
-    );
+    let again = apply(work.path(), &repo)
+        .arg("-vv")
+        .digest_map("again.json")
+        .env("DOCKER_CONFIG", &hcfg)
+        .env("PATH", path)
+        .run();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.json()["images"][0]["outcome"], "already-patched");
     assert!(!again.stderr.contains(PASSWORD), "password printed");
@@ -172,13 +146,7 @@ fn a_mirror_on_another_registry_gets_every_blob_streamed() {
     let dst = Registry::start();
     let work = tempfile::tempdir().expect("tmp");
     let target = dst.repo();
-    let run = apply(
-        &src,
-        work.path(),
-        "cuda",
-        &[TAG],
-        &["--target-repository", &target],
-    );
+    let run = apply(work.path(), &src.repo()).target_repo(&target).run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let map = run.json();
     assert_eq!(
@@ -198,16 +166,16 @@ fn a_mirror_on_another_registry_gets_every_blob_streamed() {
             .expect("file")
             .contains("runner-patch multiconnector-observe"));
     }
-    let v = cli(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-    );
+    let on_map = |command: &str| {
+        Tool::new(command)
+            .cwd(work.path())
+            .digest_map("runner-patch-manifest.json")
+            .run()
+    };
+    let v = on_map("verify");
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
     // Rollback onto the mirror copies the original there and points the tag at it.
-    let rb = cli(
-        work.path(),
-        &["rollback", "--manifest", "runner-patch-manifest.json"],
-    );
+    let rb = on_map("rollback");
     assert_eq!(rb.code, 0, "{}", rb.stderr);
     assert_eq!(
         served(&format!("{target}:{TAG}")),
@@ -221,7 +189,7 @@ fn token_auth_mounts_with_one_token_and_never_prints_secrets() {
     reg.seed(&[TAG]);
     let tdir = reg.dir.path().join("token");
     let ts = Daemon::start(
-        "token_server.py",
+        "token_server",
         &[
             "--dir",
             tdir.to_str().expect("utf8"),
@@ -245,27 +213,17 @@ fn token_auth_mounts_with_one_token_and_never_prints_secrets() {
     reg.restart(Some(&auth));
     let work = tempfile::tempdir().expect("tmp");
     let cfg = docker_config(work.path(), &reg.addr);
-    let env = [
-        ("DOCKER_CONFIG", cfg.to_str().expect("utf8")),
-        ("RUNNER_PATCH_LOG", "trace"),
-    ];
     let target = format!("{}/mirror/runner", reg.addr);
-    let run = cli_env(
-        work.path(),
-        &[
-            "apply",
-            "--backend",
-            "cuda",
-            "--repository",
-            &reg.repo(),
-            "--tag",
-            TAG,
-            "--target-repository",
-            &target,
-            "-vv",
-        ],
-        &env,
-    );
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tag(TAG)
+        .target_repo(&target)
+        .arg("-vv")
+        .env("DOCKER_CONFIG", &cfg)
+        .env("RUNNER_PATCH_LOG", "trace")
+        .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     // Secrets stay out of the most verbose output: no password, no JWT.
     for out in [&run.stdout, &run.stderr] {
@@ -293,12 +251,11 @@ fn token_auth_mounts_with_one_token_and_never_prints_secrets() {
         mount_token.is_some(),
         "no token held push on the target and pull on the source:\n{log}"
     );
-    let env = [("DOCKER_CONFIG", cfg.to_str().expect("utf8"))];
-    let v = cli_env(
-        work.path(),
-        &["verify", "--manifest", "runner-patch-manifest.json"],
-        &env,
-    );
+    let v = Tool::new("verify")
+        .cwd(work.path())
+        .digest_map("runner-patch-manifest.json")
+        .env("DOCKER_CONFIG", &cfg)
+        .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 }
 
@@ -380,7 +337,7 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
         let plan_path = work.path().join("plan.json");
         std::fs::write(&plan_path, "[]").expect("plan");
         let proxy = Daemon::start(
-            "fault_proxy.py",
+            "fault_proxy",
             &[
                 "--upstream",
                 &reg.addr,
@@ -399,7 +356,6 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
         };
         let target = format!("{}/mirror/runner", proxy.addr());
         let mut args = vec![
-            "apply",
             "--backend",
             "cuda",
             "--repository",
@@ -415,10 +371,11 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
                 a
             });
         }
+        let apply = Tool::new("apply").cwd(work.path()).args(&args);
         // Without faults first (the proxy's counters start afresh when its plan changes).
         let expected = planned_digest(work.path(), &args);
         std::fs::write(&plan_path, case.plan.to_string()).expect("plan");
-        let run = cli(work.path(), &args);
+        let run = apply.run();
         let served_now = served(&format!("{}:{TAG}", reg.repo()));
         match case.fails_with {
             None => {
@@ -463,7 +420,7 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
         }
         // A clean re-run through the same proxy finishes the work with the same digests.
         std::fs::write(&plan_path, "[]").expect("plan");
-        let again = cli(work.path(), &args);
+        let again = apply.run();
         assert_eq!(again.code, 0, "{} (re-run): {}", case.name, again.stderr);
         let map = again.json();
         let outcome = map["images"][0]["outcome"]
@@ -492,13 +449,12 @@ fn faults_end_in_success_or_a_clear_failure_and_a_rerun_completes() {
 fn two_concurrent_runs_end_with_one_patched_image() {
     let reg = Registry::start();
     reg.seed(&[TAG]);
+    let repo = reg.repo();
     let expected = {
         let w = tempfile::tempdir().expect("tmp");
-        let repo = reg.repo();
         planned_digest(
             w.path(),
             &[
-                "apply",
                 "--backend",
                 "cuda",
                 "--repository",
@@ -513,38 +469,9 @@ fn two_concurrent_runs_end_with_one_patched_image() {
         tempfile::tempdir().expect("tmp"),
         tempfile::tempdir().expect("tmp"),
     );
-    let repo = reg.repo();
     let (ra, rb) = std::thread::scope(|s| {
-        let ha = s.spawn(|| {
-            cli(
-                a.path(),
-                &[
-                    "apply",
-                    "--backend",
-                    "cuda",
-                    "--repository",
-                    &repo,
-                    "--tag",
-                    TAG,
-                    "--json",
-                ],
-            )
-        });
-        let hb = s.spawn(|| {
-            cli(
-                b.path(),
-                &[
-                    "apply",
-                    "--backend",
-                    "cuda",
-                    "--repository",
-                    &repo,
-                    "--tag",
-                    TAG,
-                    "--json",
-                ],
-            )
-        });
+        let ha = s.spawn(|| apply(a.path(), &repo).run());
+        let hb = s.spawn(|| apply(b.path(), &repo).run());
         (ha.join().expect("a"), hb.join().expect("b"))
     });
     for r in [&ra, &rb] {
@@ -558,6 +485,9 @@ fn two_concurrent_runs_end_with_one_patched_image() {
         assert_eq!(patched_digest(&map), expected);
     }
     assert_eq!(served(&format!("{repo}:{TAG}")), expected);
-    let v = cli(a.path(), &["verify", &format!("{repo}:{TAG}")]);
+    let v = Tool::new("verify")
+        .cwd(a.path())
+        .arg(format!("{repo}:{TAG}"))
+        .run();
     assert_eq!(v.code, 0, "{}", v.stdout);
 }

@@ -1,12 +1,6 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import proofutil  # noqa: E402
-import releases  # noqa: E402
+from tests.proof import proofutil, releases
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ Only `vllm/distributed/kv_transfer/kv_connector/v1/*.py` is kept from each wheel
 `${RUNNER_PATCH_CACHE:-$HOME/.cache/runner-patch}/vllm/<version>/`, and the wheel is deleted
 right after extraction. A version whose done-marker exists is not downloaded again.
 
-    python3 tests/proof/releases.py fetch [VERSION ...]   # prints the cache dir
+    python3 -m tests.proof.releases fetch [VERSION ...]   # prints the cache dir
 """
 from __future__ import annotations
 

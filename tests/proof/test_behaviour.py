@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-import proofutil as pu
-import releases
-from test_releases import AFFECTED, expected_arg
+from tests.proof import proofutil as pu
+from tests.proof import releases
+from tests.proof.test_releases import AFFECTED, expected_arg
 
 EXPECTED_ASSERT = ("MooncakeConnector is not contained in the list of registered connectors "
                    "with Prometheus metrics support: dict_keys(['MooncakeStoreConnector'])")

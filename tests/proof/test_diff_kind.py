@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-import proofutil as pu
-import releases
-from test_behaviour import build, expected_child_arg, load, payload
-from test_releases import AFFECTED, expected_arg
+from tests.proof import proofutil as pu
+from tests.proof import releases
+from tests.proof.test_behaviour import build, expected_child_arg, load, payload
+from tests.proof.test_releases import AFFECTED, expected_arg
 
 HERE = Path(__file__).resolve().parent
 TWO_FILE = HERE / "patches" / "two-file-demo"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import proofutil as pu
-import releases
+from tests.proof import proofutil as pu
+from tests.proof import releases
 
 HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("RUNNER_PATCH_CACHE") or Path.home() / ".cache" / "runner-patch") \

@@ -11,25 +11,24 @@ checked with tools this project did not write (skopeo, umoci, GNU patch, CPython
 """
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import os
 import py_compile
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-import proofutil as pu
-import releases
-
-sys.path.insert(0, str(pu.REPO_ROOT / "fixtures"))
-import registry as fixture_registry  # noqa: E402
+from fixtures import registry as fixture_registry
+from imagekit import manifest
+from imagekit.digest import sha256 as sha
+from imagekit.layer import Layer
+from imagekit.media import OCI_CONFIG, OCI_LAYER, OCI_MANIFEST
+from imagekit.registry import Client
+from tests.proof import proofutil as pu
+from tests.proof import releases
 
 HERE = Path(__file__).resolve().parent
 TWO_FILE = HERE / "patches" / "two-file-demo"
@@ -46,56 +45,25 @@ def registry(tmp_path):
         fixture_registry.stop(tmp_path / "registry")
 
 
-def sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def tar_layer(files: dict[str, bytes]) -> tuple[bytes, bytes]:
-    """(gzip blob, tar) of regular files, parents implied."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for path, data in sorted(files.items()):
-            info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), 0o644, 1_700_000_000
-            t.addfile(info, io.BytesIO(data))
-    tar = raw.getvalue()
-    return gzip.compress(tar, mtime=0), tar
-
-
-def push_image(addr: str, repo: str, tag: str, layers: list[dict[str, bytes]], work: Path) -> str:
-    """Writes an OCI layout holding one linux/amd64 image and copies it with skopeo; returns
-    the manifest digest the registry serves."""
-    layout = work / f"layout-{repo.replace('/', '-')}"
-    blobs = layout / "blobs" / "sha256"
-    blobs.mkdir(parents=True, exist_ok=True)
-
-    def blob(data: bytes) -> dict:
-        (blobs / sha(data)[7:]).write_bytes(data)
-        return {"digest": sha(data), "size": len(data)}
-
-    descs, diff_ids = [], []
-    for files in layers:
-        gz, tar = tar_layer(files)
-        descs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **blob(gz)})
-        diff_ids.append(sha(tar))
+def push_image(addr: str, repo: str, tag: str, layers: list[dict[str, bytes]]) -> str:
+    """Pushes one linux/amd64 OCI image whose layers hold these regular files (parents implied);
+    returns the manifest digest the registry serves, as skopeo reads it."""
+    reg = Client(addr, repo)
+    built = [Layer(f"layer {i}").add((path, "file", data) for path, data in files.items()).build()
+             for i, files in enumerate(layers)]
+    for b in built:
+        reg.push_blob(b["blob"])
     config = json.dumps({
         "architecture": "amd64", "os": "linux",
         "config": {"Env": ["PATH=/usr/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "rootfs": {"type": "layers", "diff_ids": [b["diff_id"] for b in built]},
         "history": [{"created_by": f"layer {i}"} for i in range(len(layers))],
     }).encode()
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **blob(config)},
-        "layers": descs,
-    }).encode()
-    m = blob(manifest)
-    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", **m,
-        "annotations": {"org.opencontainers.image.ref.name": tag}}]}))
-    subprocess.run(["skopeo", "copy", "-q", "--dest-tls-verify=false", f"oci:{layout}:{tag}",
-                    f"docker://{addr}/{repo}:{tag}"], check=True, capture_output=True)
+    reg.push_blob(config)
+    doc = manifest.image_manifest(OCI_MANIFEST, manifest.descriptor(OCI_CONFIG, config),
+                                  [manifest.descriptor(OCI_LAYER, b["blob"]) for b in built])
+    reg.put_manifest(tag, manifest.dump(doc, docker_json=False), OCI_MANIFEST)
+    reg.close()
     return served(addr, repo, tag)
 
 
@@ -142,8 +110,7 @@ def vllm_layer() -> dict[str, bytes]:
 
 def test_two_file_diff_in_a_registry_matches_gnu_patch(release_cache, patch_bin, registry, tmp_path):
     repo = "gpustack/runner"
-    original = push_image(registry, repo, TAG, [{"etc/os-release": b"ID=test\n"}, vllm_layer()],
-                          tmp_path)
+    original = push_image(registry, repo, TAG, [{"etc/os-release": b"ID=test\n"}, vllm_layer()])
     run = apply(registry, repo, TWO_FILE, tmp_path)
     assert run.returncode == 0, run.stderr
     record = json.loads(run.stdout)["images"][0]
@@ -172,7 +139,7 @@ def test_two_file_diff_in_a_registry_matches_gnu_patch(release_cache, patch_bin,
 def test_mismatched_context_is_refused_and_nothing_pushed(release_cache, patch_bin, registry,
                                                          tmp_path):
     repo = "gpustack/runner"
-    original = push_image(registry, repo, TAG, [vllm_layer()], tmp_path)
+    original = push_image(registry, repo, TAG, [vllm_layer()])
     bad = tmp_path / "bad"
     shutil.copytree(TWO_FILE, bad)
     text = (bad / "fix.patch").read_text()
@@ -209,7 +176,7 @@ def test_bytecode_below_the_patched_layer_is_made_unloadable(patch_bin, registry
     lower = {f"{site}/probe/__pycache__/mod.{cache_tag}.pyc": pyc.read_bytes()}
     upper = {f"{site}/probe/__init__.py": b"", f"{site}/probe/mod.py": b"VALUE = 'old'\n"}
     repo = f"probe/{where}"
-    push_image(registry, repo, TAG, [lower, upper], tmp_path)
+    push_image(registry, repo, TAG, [lower, upper])
 
     original = unpack(registry, repo, TAG, tmp_path / "orig")
     assert _import_probe(original / site) == "pyc", "CPython loads the lower pyc as it is"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import proofutil as pu
-import releases
+from tests.proof import proofutil as pu
+from tests.proof import releases
 
 NOT_AFFECTED = {"0.10.2", "0.11.0", "0.33.0"}
 AFFECTED = [v for v in releases.VERSIONS if v not in NOT_AFFECTED]

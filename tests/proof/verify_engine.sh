@@ -10,16 +10,16 @@ BIN="${RUNNER_PATCH_BIN:-target/release/runner-patch}"
 VERSION=0.29.0
 
 PY=$(bash tests/proof/engine_venv.sh)
-CACHE=$(python3 tests/proof/releases.py fetch "$VERSION")
+CACHE=$(python3 -m tests.proof.releases fetch "$VERSION")
 ORIGINAL="$CACHE/$VERSION/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py"
 [ -f "$ORIGINAL" ] || { echo "verify-engine: $ORIGINAL missing after fetch" >&2; exit 2; }
 
 WORK=$(mktemp -d)
-cleanup() { python3 fixtures/registry.py stop --dir "$WORK/registry" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
+cleanup() { python3 -m fixtures.registry stop --dir "$WORK/registry" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-ADDR=$(python3 fixtures/registry.py start --dir "$WORK/registry")
+ADDR=$(python3 -m fixtures.registry start --dir "$WORK/registry")
 TAG="cuda12.9-vllm$VERSION"
-python3 fixtures/build.py --registry "$ADDR" --only "$TAG" --vllm-file "$VERSION=$ORIGINAL" --summary "$WORK/fixtures.json" >/dev/null
+python3 -m fixtures.build --registry "$ADDR" --only "$TAG" --vllm-file "$VERSION=$ORIGINAL" --summary "$WORK/fixtures.json" >/dev/null
 
 "$BIN" -q apply --backend cuda --repository "$ADDR/gpustack/runner" --tag "$TAG" --manifest "$WORK/map.json" >/dev/null
 python3 - "$WORK/map.json" <<'PY'

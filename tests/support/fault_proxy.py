@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Fault-injecting HTTP/1.1 reverse proxy in front of a local registry.
 
-    fault_proxy.py --upstream 127.0.0.1:PORT --plan PLAN.json [--log FILE]
-                   [--port N] [--lifetime SECONDS]
+    python3 -m tests.support.fault_proxy --upstream 127.0.0.1:PORT --plan PLAN.json [--log FILE]
+                                         [--port N] [--lifetime SECONDS]
 
 Forwards every request to the upstream and streams bodies both ways (no
 body is held in memory). Client side: persistent connections (keep-alive)
@@ -37,7 +36,7 @@ import sys
 import threading
 import time
 
-import _common
+from tests.support import _common
 
 HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "expect"}

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """A hostile registry: a reverse proxy in front of a real one that misbehaves on cue.
 
-    hostile_registry.py --upstream 127.0.0.1:PORT --case CASE [--user U --password P]
-                        [--log FILE] [--min-blob BYTES] [--interval S] [--children N]
-                        [--delay S] [--port N] [--lifetime S]
+    python3 -m tests.support.hostile_registry --upstream 127.0.0.1:PORT --case CASE
+        [--user U --password P] [--log FILE] [--min-blob BYTES] [--interval S] [--children N]
+        [--delay S] [--port N] [--lifetime S]
 
 Two listeners on 127.0.0.1: the registry (`addr`) and "elsewhere" (`elsewhere`), another
 origin that stands for a foreign host. Both forward every request to the upstream registry
@@ -33,7 +32,6 @@ registry listener. Ready-line: {"addr", "elsewhere", "log"}. Daemon contract: se
 
 import argparse
 import base64
-import hashlib
 import http.client
 import http.server
 import json
@@ -43,7 +41,8 @@ import sys
 import threading
 import time
 
-import _common
+from imagekit import sha256
+from tests.support import _common
 
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer",
        "transfer-encoding", "upgrade", "expect", "content-length", "host"}
@@ -272,7 +271,7 @@ def make_handler(cfg, listener, stats, log_lock, log_fh, log):
 
         def serve_doc(self, doc, media_type):
             raw = json.dumps(doc, separators=(",", ":")).encode()
-            digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+            digest = sha256(raw)
             self.send_whole(200, [("Content-Type", media_type),
                                   ("Docker-Content-Digest", digest)], raw)
 
@@ -300,7 +299,7 @@ def make_handler(cfg, listener, stats, log_lock, log_fh, log):
             missing = b"a foreign layer this registry does not hold"
             manifest["layers"][-1] = {
                 "mediaType": "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-                "digest": "sha256:" + hashlib.sha256(missing).hexdigest(),
+                "digest": sha256(missing),
                 "size": len(missing),
                 "urls": ["https://foreign.example/layer.tar.gz"],
             }

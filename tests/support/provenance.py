@@ -1,28 +1,24 @@
-#!/usr/bin/env python3
 """Read, check and alter provenance at a registry with plain HTTP, independently of runner-patch.
 
-    provenance.py inspect --registry ADDR --repository REPO --digest SUBJECT
+    python3 -m tests.support.provenance inspect --registry ADDR --repository REPO --digest SUBJECT
         Lists the referrers of SUBJECT through the referrers tag schema (`sha256-<hex>` tag, an OCI
         index), fetches every in-toto artifact, checks each blob's digest, and validates each
         statement with the in-toto-attestation package (Statement v1 and SLSA provenance v1 models,
         parsed strictly: an unknown field is an error). Prints one JSON object.
-    provenance.py alter --registry ADDR --repository REPO --digest SUBJECT --how HOW
+    python3 -m tests.support.provenance alter --registry ADDR --repository REPO --digest SUBJECT --how HOW
         HOW is subject | original | layer (a changed digest in the statement, pushed as a new
         artifact that replaces the old one in the referrers index) or missing (the index lists none).
         Prints {"index", "previous"}: the new index digest and the old index's text.
-    provenance.py restore --registry ADDR --repository REPO --digest SUBJECT --index TEXT
+    python3 -m tests.support.provenance restore --registry ADDR --repository REPO --digest SUBJECT --index TEXT
         Puts an index (the "previous" of alter) back under the referrers tag.
-    provenance.py sign --registry ADDR --repository REPO --digest SUBJECT
+    python3 -m tests.support.provenance sign --registry ADDR --repository REPO --digest SUBJECT
         Pushes a cosign-style signature (simple signing payload, `sha256-<hex>.sig` tag).
 """
 
 import argparse
 import base64
-import hashlib
 import json
 import sys
-import urllib.error
-import urllib.request
 
 from google.protobuf import json_format
 from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
@@ -30,65 +26,22 @@ from in_toto_attestation.v1 import resource_descriptor_pb2, statement_pb2
 from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from in_toto_attestation.v1.statement import Statement
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-INTOTO = "application/vnd.in-toto+json"
-EMPTY = "application/vnd.oci.empty.v1+json"
-ACCEPT = ", ".join([OCI_INDEX, OCI_MANIFEST, "application/vnd.docker.distribution.manifest.v2+json",
-                    "application/vnd.docker.distribution.manifest.list.v2+json"])
+from imagekit.digest import sha256
+from imagekit.media import IN_TOTO as INTOTO
+from imagekit.media import OCI_CONFIG, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from imagekit.registry import Client
 
 
-def sha256(b):
-    return "sha256:" + hashlib.sha256(b).hexdigest()
+def manifest(reg, ref):
+    """The manifest's bytes, or None when the registry has none under REF."""
+    found = reg.manifest(ref, missing_ok=True)
+    return None if found is None else found[1]
 
 
-class Reg:
-    def __init__(self, addr, repo):
-        self.base = f"http://{addr}/v2/{repo}"
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    def req(self, method, path, data=None, headers=None, ok=(200,)):
-        url = path if path.startswith("http") else self.base + path
-        r = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-        try:
-            with self.opener.open(r, timeout=60) as resp:
-                status, hdrs, body = resp.status, resp.headers, resp.read()
-        except urllib.error.HTTPError as e:
-            status, hdrs, body = e.code, e.headers, e.read()
-        if status not in ok:
-            raise RuntimeError(f"{method} {url}: HTTP {status}: {body[:300]!r}")
-        return status, hdrs, body
-
-    def manifest(self, ref):
-        st, h, body = self.req("GET", f"/manifests/{ref}", headers={"Accept": ACCEPT}, ok=(200, 404))
-        if st == 404:
-            return None
-        if ref.startswith("sha256:") and sha256(body) != ref:
-            raise RuntimeError(f"manifest {ref} served bytes with digest {sha256(body)}")
-        return body
-
-    def blob(self, digest):
-        _, _, body = self.req("GET", f"/blobs/{digest}")
-        if sha256(body) != digest:
-            raise RuntimeError(f"blob {digest} served bytes with digest {sha256(body)}")
-        return body
-
-    def put_blob(self, data):
-        digest = sha256(data)
-        st, _, _ = self.req("HEAD", f"/blobs/{digest}", ok=(200, 404))
-        if st == 200:
-            return digest
-        _, h, _ = self.req("POST", "/blobs/uploads/", data=b"", headers={"Content-Length": "0"}, ok=(202,))
-        loc = h["Location"]
-        if not loc.startswith("http"):
-            loc = self.base.split("/v2/")[0] + loc
-        loc += ("&" if "?" in loc else "?") + "digest=" + digest
-        self.req("PUT", loc, data=data, ok=(201,),
-                 headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
-        return digest
-
-    def put_manifest(self, ref, data, media_type):
-        self.req("PUT", f"/manifests/{ref}", data=data, headers={"Content-Type": media_type}, ok=(201,))
+def put_blob(reg, data):
+    """Pushes DATA as a blob (unless it is there); returns its digest."""
+    reg.push_blob(data)
+    return sha256(data)
 
 
 def referrers_tag(digest):
@@ -118,7 +71,7 @@ def validate(statement_bytes):
 
 
 def inspect(reg, subject):
-    index = reg.manifest(referrers_tag(subject))
+    index = manifest(reg, referrers_tag(subject))
     out = {"subject": subject, "index": None, "artifacts": []}
     if index is None:
         return out
@@ -127,12 +80,12 @@ def inspect(reg, subject):
     for d in idx.get("manifests", []):
         if d.get("artifactType") != INTOTO:
             continue
-        mb = reg.manifest(d["digest"])
+        mb = manifest(reg, d["digest"])
         m = json.loads(mb)
         if len(mb) != d["size"]:
             raise RuntimeError(f"descriptor size {d['size']} != manifest size {len(mb)}")
         cfg = m["config"]
-        if cfg["mediaType"] != EMPTY or reg.blob(cfg["digest"]) != b"{}" or cfg["size"] != 2:
+        if cfg["mediaType"] != OCI_EMPTY or reg.blob(cfg["digest"]) != b"{}" or cfg["size"] != 2:
             raise RuntimeError(f"artifact {d['digest']} config is not the empty descriptor: {cfg}")
         (layer,) = m["layers"]
         sb = reg.blob(layer["digest"])
@@ -142,13 +95,13 @@ def inspect(reg, subject):
 
 
 def alter(reg, subject, how):
-    before = reg.manifest(referrers_tag(subject))
+    before = manifest(reg, referrers_tag(subject))
     idx = json.loads(before)
     if how == "missing":
         idx["manifests"] = []
     else:
         (d,) = [d for d in idx["manifests"] if d.get("artifactType") == INTOTO]
-        m = json.loads(reg.manifest(d["digest"]))
+        m = json.loads(manifest(reg, d["digest"]))
         st = json.loads(reg.blob(m["layers"][0]["digest"]))
         fake = "0" * 64
         if how == "subject":
@@ -160,7 +113,7 @@ def alter(reg, subject, how):
         else:
             raise SystemExit(f"unknown --how {how}")
         sb = json.dumps(st, separators=(",", ":")).encode()
-        m["layers"][0]["digest"] = reg.put_blob(sb)
+        m["layers"][0]["digest"] = put_blob(reg, sb)
         m["layers"][0]["size"] = len(sb)
         mb = json.dumps(m, separators=(",", ":")).encode()
         reg.put_manifest(sha256(mb), mb, OCI_MANIFEST)
@@ -180,12 +133,12 @@ def sign(reg, subject):
                                        "image": {"docker-manifest-digest": subject},
                                        "type": "cosign container image signature"},
                           "optional": None}, separators=(",", ":")).encode()
-    layer = reg.put_blob(payload)
+    layer = put_blob(reg, payload)
     cfg = json.dumps({"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers",
                       "diff_ids": [layer]}}, separators=(",", ":")).encode()
     m = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(cfg),
-                    "digest": reg.put_blob(cfg)},
+         "config": {"mediaType": OCI_CONFIG, "size": len(cfg),
+                    "digest": put_blob(reg, cfg)},
          "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "size": len(payload),
                      "digest": layer,
                      "annotations": {"dev.cosignproject.cosign/signature":
@@ -205,7 +158,7 @@ def main():
     ap.add_argument("--how")
     ap.add_argument("--index")
     a = ap.parse_args()
-    reg = Reg(a.registry, a.repository)
+    reg = Client(a.registry, a.repository)
     if a.command == "inspect":
         out = inspect(reg, a.digest)
     elif a.command == "alter":

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Auth files and configs for a throw-away CNCF distribution 2.8.x registry.
 
-    registry_auth.py htpasswd --dir DIR --user U --password P
+    python3 -m tests.support.registry_auth htpasswd --dir DIR --user U --password P
         writes DIR/htpasswd (one bcrypt `$2b$` line, from Python's crypt module)
         and prints the YAML `auth:` snippet for distribution's config.
-    registry_auth.py config --dir DIR --port N --auth none|htpasswd|token
-                     [--token-realm URL --service S --issuer I --rootcert FILE]
+    python3 -m tests.support.registry_auth config --dir DIR --port N --auth none|htpasswd|token
+        [--token-realm URL --service S --issuer I --rootcert FILE]
         writes DIR/config.yml: version 0.1, filesystem storage in DIR/storage,
         delete enabled, http.addr 127.0.0.1:N, log level info, access log on.
         `--auth htpasswd` uses DIR/htpasswd (create it first). Prints one JSON

@@ -2,7 +2,7 @@
 """Run a GitHub Actions workflow's jobs locally, the way the runner would, so an example
 workflow is exercised rather than only linted.
 
-    python3 tests/support/run_workflow.py WORKFLOW --work DIR
+    python3 -m tests.support.run_workflow WORKFLOW --work DIR
         [--input K=V]... [--secret K=V]... [--var K=V]... [--path DIR]... [--watch FILE]...
 
 Jobs run in `needs` order, each as on a fresh machine (its own workspace and RUNNER_TEMP);

@@ -4,7 +4,8 @@
 # fault kind of fault_proxy.py. Everything on 127.0.0.1, in a temporary directory, in < 60 s.
 # Exits non-zero on the first failure. KEEP=1 keeps the temporary directory.
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
+# The support tools are modules of the repository (`python3 -m tests.support.NAME`, from its root).
+cd "$(dirname "$0")/../.."
 T=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -45,25 +46,22 @@ code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 
 # A one-layer OCI image layout to push.
 python3 - "$T/src" <<'PY'
-import gzip, hashlib, io, json, os, sys, tarfile
+import json, os, sys
+from imagekit import manifest, sha256
+from imagekit.layer import Layer
+from imagekit.media import OCI_CONFIG, OCI_LAYER, OCI_MANIFEST
 d = sys.argv[1]; os.makedirs(f"{d}/blobs/sha256")
 def put(b):
-    h = hashlib.sha256(b).hexdigest(); open(f"{d}/blobs/sha256/{h}", "wb").write(b); return "sha256:" + h, len(b)
-buf = io.BytesIO()
-with tarfile.open(fileobj=buf, mode="w") as t:
-    data = b"hello from selftest\n" * 4000; ti = tarfile.TarInfo("hello.txt"); ti.size = len(data)
-    t.addfile(ti, io.BytesIO(data))
-raw = buf.getvalue(); gz = gzip.compress(raw, mtime=0)
-L, ls = put(gz)
-C, cs = put(json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers",
-            "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]}}).encode())
-M, ms = put(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": C, "size": cs},
-    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": L, "size": ls}]}).encode())
+    open(f"{d}/blobs/sha256/{sha256(b)[7:]}", "wb").write(b); return b
+layer = Layer("selftest").file("hello.txt", b"hello from selftest\n" * 4000).build()
+put(layer["blob"])
+cfg = put(json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers",
+          "diff_ids": [layer["diff_id"]]}}).encode())
+m = put(manifest.dump(manifest.image_manifest(OCI_MANIFEST, manifest.descriptor(OCI_CONFIG, cfg),
+                                              [manifest.descriptor(OCI_LAYER, layer["blob"])]), docker_json=False))
 open(f"{d}/oci-layout", "w").write('{"imageLayoutVersion":"1.0.0"}')
-open(f"{d}/index.json", "w").write(json.dumps({"schemaVersion": 2, "manifests": [{"mediaType":
-    "application/vnd.oci.image.manifest.v1+json", "digest": M, "size": ms,
-    "annotations": {"org.opencontainers.image.ref.name": "v1"}}]}))
+open(f"{d}/index.json", "w").write(json.dumps({"schemaVersion": 2, "manifests": [manifest.descriptor(
+    OCI_MANIFEST, m, annotations={"org.opencontainers.image.ref.name": "v1"})]}))
 PY
 SRC="oci:$T/src:v1"
 SK=(timeout 30 skopeo --insecure-policy)
@@ -71,9 +69,9 @@ MT='application/vnd.oci.image.manifest.v1+json'
 
 echo "== htpasswd"
 P=$(free_port); mkdir "$T/ht"
-python3 "$HERE/registry_auth.py" htpasswd --dir "$T/ht" --user alice --password s3cret | grep -q 'htpasswd:' || fail "no snippet"
+python3 -m tests.support.registry_auth htpasswd --dir "$T/ht" --user alice --password s3cret | grep -q 'htpasswd:' || fail "no snippet"
 grep -q '^alice:\$2b\$' "$T/ht/htpasswd" || fail "htpasswd line is not \$2b\$"
-python3 "$HERE/registry_auth.py" config --dir "$T/ht" --port "$P" --auth htpasswd >/dev/null
+python3 -m tests.support.registry_auth config --dir "$T/ht" --port "$P" --auth htpasswd >/dev/null
 registry "$T/ht"
 [ "$(code "http://127.0.0.1:$P/v2/")" = 401 ] || fail "htpasswd: anonymous not 401"
 [ "$(code -u alice:s3cret "http://127.0.0.1:$P/v2/")" = 200 ] || fail "htpasswd: alice not 200"
@@ -84,11 +82,11 @@ ok "htpasswd: \$2b\$ bcrypt accepted; 401/200/401; skopeo push with --dest-creds
 
 echo "== token auth"
 mkdir "$T/tok"
-daemon tok python3 "$HERE/token_server.py" --dir "$T/tok" --service reg.test --issuer selftest-issuer \
+daemon tok python3 -m tests.support.token_server --dir "$T/tok" --service reg.test --issuer selftest-issuer \
   --user alice --password s3cret --deny-pull 'secret/*' --deny-push 'readonly/*' --ttl 120
 TA=$(jget "$T/tok.ready" addr); REALM=$(jget "$T/tok.ready" realm); CERT=$(jget "$T/tok.ready" rootcert)
 P=$(free_port); R="127.0.0.1:$P"
-python3 "$HERE/registry_auth.py" config --dir "$T/tok" --port "$P" --auth token --token-realm "$REALM" \
+python3 -m tests.support.registry_auth config --dir "$T/tok" --port "$P" --auth token --token-realm "$REALM" \
   --service reg.test --issuer selftest-issuer --rootcert "$CERT" >/dev/null
 registry "$T/tok"
 curl -s -D "$T/challenge.h" -o /dev/null "http://$R/v2/"
@@ -125,7 +123,7 @@ ok "denied pull -> 401 insufficient_scope; denied push -> skopeo fails"
 ATOK=$(curl -s "http://$TA/token?service=reg.test&scope=repository:app/img:pull" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 [ "$(code -H "Authorization: Bearer $ATOK" -H "Accept: $MT" "http://$R/v2/app/img/manifests/v1")" = 401 ] || fail "anonymous pull"
 ok "anonymous -> token without access (registry 401); wrong password -> 401 at the token server"
-daemon kid python3 "$HERE/token_server.py" --dir "$T/tok" --service reg.test --issuer selftest-issuer \
+daemon kid python3 -m tests.support.token_server --dir "$T/tok" --service reg.test --issuer selftest-issuer \
   --user alice --password s3cret --jwt-header kid
 KTOK=$(curl -sf -u alice:s3cret "http://$(jget "$T/kid.ready" addr)/token?service=reg.test&scope=repository:app/img:pull" |
        python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
@@ -134,7 +132,7 @@ ok "token (kid, libtrust key id) accepted too"
 
 echo "== fault proxy in front of the token registry (clean plan)"
 echo '[]' > "$T/plan-tok.json"
-daemon pxt python3 "$HERE/fault_proxy.py" --upstream "$R" --plan "$T/plan-tok.json" --log "$T/pxt.log"
+daemon pxt python3 -m tests.support.fault_proxy --upstream "$R" --plan "$T/plan-tok.json" --log "$T/pxt.log"
 PXT=$(jget "$T/pxt.ready" addr)
 curl -s -D "$T/challenge-px.h" -o /dev/null "http://$PXT/v2/"
 cmp -s <(grep -i www-authenticate "$T/challenge.h") <(grep -i www-authenticate "$T/challenge-px.h") \
@@ -148,11 +146,11 @@ ok "WWW-Authenticate unchanged; skopeo push with token auth through the proxy (L
 
 echo "== fault kinds against a registry without auth"
 P=$(free_port); mkdir "$T/plain"
-python3 "$HERE/registry_auth.py" config --dir "$T/plain" --port "$P" --auth none >/dev/null
+python3 -m tests.support.registry_auth config --dir "$T/plain" --port "$P" --auth none >/dev/null
 registry "$T/plain"
 echo '[]' > "$T/plan.json"
-daemon px python3 "$HERE/fault_proxy.py" --upstream "127.0.0.1:$P" --plan "$T/plan.json" --log "$T/px.log"
-timeout 40 python3 "$HERE/selftest_faults.py" --registry "127.0.0.1:$P" --proxy "$(jget "$T/px.ready" addr)" \
+daemon px python3 -m tests.support.fault_proxy --upstream "127.0.0.1:$P" --plan "$T/plan.json" --log "$T/px.log"
+timeout 40 python3 -m tests.support.selftest_faults --registry "127.0.0.1:$P" --proxy "$(jget "$T/px.ready" addr)" \
   --plan "$T/plan.json" --log "$T/px.log"
 
 PX=$(jget "$T/px.ready" addr)

@@ -1,22 +1,21 @@
-#!/usr/bin/env python3
 """Checks every fault kind of fault_proxy.py against a real registry (run by selftest.sh).
 
-    selftest_faults.py --registry 127.0.0.1:R --proxy 127.0.0.1:P --plan PLAN.json --log LOG
+    python3 -m tests.support.selftest_faults --registry 127.0.0.1:R --proxy 127.0.0.1:P --plan PLAN.json --log LOG
 
 The proxy must have been started with the same PLAN.json (rewritten here per
 check) and LOG. Exits non-zero on the first failed check.
 """
 
 import argparse
-import hashlib
 import http.client
 import json
 import os
 import time
 
+from imagekit import sha256
+from imagekit.media import ACCEPT
+
 REPO = "selftest/faults"
-ACCEPT = ("application/vnd.oci.image.index.v1+json,application/vnd.docker.distribution.manifest.list.v2+json,"
-          "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
 
 
 def conn(addr):
@@ -32,7 +31,7 @@ def call(addr, method, path, body=None, headers=None, c=None):
 
 
 def push_blob(addr, data):
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    digest = sha256(data)
     r, _ = call(addr, "POST", f"/v2/{REPO}/blobs/uploads/")
     assert r.status == 202, r.status
     loc = r.getheader("Location").split("://", 1)[1].split("/", 1)[1]
@@ -119,7 +118,7 @@ def main():
     plan([{"match": {"path_regex": "/blobs/"}, "fault": {"kind": "flip_byte", "offset": 123_456}}])
     r, body = call(px, "GET", bpath)
     check("flip_byte: same length, digest differs", r.status == 200 and len(body) == len(blob)
-          and "sha256:" + hashlib.sha256(body).hexdigest() != bdig)
+          and sha256(body) != bdig)
 
     plan([{"match": {"method": "GET", "path_regex": "^/v2/$"}, "fault": {"kind": "html", "code": 200}}])
     r, body = call(px, "GET", "/v2/")
@@ -149,7 +148,7 @@ def main():
     plan([{"match": {"method": "PUT", "path_regex": "/blobs/uploads/"},
            "fault": {"kind": "reset_request_after_bytes", "bytes": 1000}}])
     data = os.urandom(200_000)
-    dig = "sha256:" + hashlib.sha256(data).hexdigest()
+    dig = sha256(data)
     r, _ = call(px, "POST", f"/v2/{REPO}/blobs/uploads/")
     loc = r.getheader("Location")
     check("Location rewritten to the proxy", r.status == 202 and loc.startswith(f"http://{px}/"), loc)

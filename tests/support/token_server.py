@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Docker token-auth server for a throw-away distribution 2.8.x registry.
 
-    token_server.py --dir DIR --service S --issuer I --user U --password P
-                    [--deny-pull REPO]... [--deny-push REPO]... [--ttl SECONDS]
-                    [--port N] [--jwt-header x5c|kid] [--lifetime SECONDS]
+    python3 -m tests.support.token_server --dir DIR --service S --issuer I --user U --password P
+        [--deny-pull REPO]... [--deny-push REPO]... [--ttl SECONDS]
+        [--port N] [--jwt-header x5c|kid] [--lifetime SECONDS]
 
 On first use creates DIR/key.pem (EC P-256) and DIR/rootcert.pem (self-signed,
 for the registry's `auth.token.rootcertbundle`); later runs reuse them.
@@ -45,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-import _common
+from tests.support import _common
 
 ALL_ACTIONS = ("pull", "push", "delete")
 

@@ -1,0 +1,1 @@
+"""The proof tests (pytest; see README.md)."""
