@@ -743,4 +743,8 @@ class SelfTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # a reader such as `head` went away: stop quietly
+        sys.stderr.close()
+        sys.exit(1)
