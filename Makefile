@@ -69,10 +69,16 @@ verify-engine: build
 bench: build
 	bash bench/run.sh
 
+# The structure check runs last: it reports import cycles, long files and functions, and
+# docs/architecture.md out of step with src/ (docs/architecture.md, "The structure check").
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
 	actionlint -no-color examples/github-actions/patch-runner.yml
+	$(PYTHON) scripts/doclinks.py --self-test
+	$(PYTHON) scripts/doclinks.py
+	$(PYTHON) scripts/structure.py --self-test
+	$(PYTHON) scripts/structure.py
 
 fmt:
 	$(CARGO) fmt --all

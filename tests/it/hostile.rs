@@ -16,7 +16,8 @@ use crate::harness::*;
 const TAG: &str = "cuda12.9-vllm0.27.1";
 const USER: &str = "hostile-user";
 const PASSWORD: &str = "pw-hostile-8Jk2";
-/// The bounds every run here gets (README "Bounds"): small, so hostile cases end quickly.
+/// The bounds every run here gets (docs/reliability.md, "Bounds"): small, so hostile cases end
+/// quickly.
 const IDLE: u64 = 2;
 const REQUEST: u64 = 3;
 const HELPER: u64 = 2;
