@@ -15,7 +15,7 @@ use runner_patch::provenance;
 use runner_patch::push::{
     companions_pending, complete_companions, publish_as_is, push, PushOptions, PushReport,
 };
-use runner_patch::registry::{Registry, Repo};
+use runner_patch::registry::{Registry, Repo, Settings};
 use runner_patch::units::human;
 
 /// Checks that an explicit tag belongs to the backend.
@@ -131,6 +131,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         tags,
         mode,
         recorder.as_ref(),
+        super::registry_settings(g),
     ))
 }
 
@@ -165,11 +166,12 @@ async fn run_async(
     tags: Vec<String>,
     mode: Mode<'_>,
     recorder: Option<&Recorder>,
+    settings: Settings,
 ) -> Result<Status> {
     // Requests in flight: four per tag at once (platforms, and a copy's read and write).
-    let reg = Arc::new(Registry::with_concurrency(
+    let reg = Arc::new(Registry::new(
         &[&source, &target],
-        a.jobs.saturating_mul(4),
+        settings.with_max_requests(a.jobs.saturating_mul(4)),
     )?);
     let tags = if tags.is_empty() {
         let found = discover(&reg, &source, a.backend, &patches, a.include_dev).await?;

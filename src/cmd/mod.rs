@@ -114,10 +114,28 @@ pub fn load_patch(g: &Global) -> Result<PatchSpec, String> {
     }
 }
 
+/// The registry client's settings for this run: the time bounds of the command line and the
+/// retry count of `RUNNER_PATCH_RETRIES` (N retries after the first try, 0 turns them off; a
+/// value that is not a number leaves the default). Requests in flight stay at the default;
+/// `apply` sizes them from `--jobs`.
+pub fn registry_settings(g: &Global) -> runner_patch::registry::Settings {
+    let retry = std::env::var("RUNNER_PATCH_RETRIES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or_else(
+            runner_patch::registry::Retry::default,
+            runner_patch::registry::Retry::with_retries,
+        );
+    runner_patch::registry::Settings {
+        limits: g.bounds.limits(),
+        retry,
+        ..Default::default()
+    }
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(&cli.global);
-    runner_patch::registry::transport::configure(cli.global.bounds.limits());
     let status = match &cli.command {
         Command::Apply(a) => apply::run(
             &cli.global,

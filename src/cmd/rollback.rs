@@ -137,14 +137,17 @@ fn provenance_kept(map: &DigestMap) -> Result<Vec<serde_json::Value>> {
     Ok(kept)
 }
 
-pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
+pub fn run(g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.manifest).map_err(|e| anyhow!(e))?;
     let repos = map.repos().map_err(|e| anyhow!(e))?;
     let todo = wanted(&map)?;
     let kept = provenance_kept(&map)?;
     let rt = super::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
+        let reg = Registry::new(
+            &repos.iter().collect::<Vec<_>>(),
+            super::registry_settings(g),
+        )?;
         let mut moves = Vec::new();
         let mut failed = 0usize;
         // Every entry is tried: one that cannot be restored is reported and the rest go on.

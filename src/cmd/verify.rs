@@ -281,7 +281,10 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     }
     let rt = super::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
+        let reg = Registry::new(
+            &repos.iter().collect::<Vec<_>>(),
+            super::registry_settings(g),
+        )?;
         let mut checks = Vec::new();
         let mut skipped = Vec::new();
         if let Some(m) = &map {
