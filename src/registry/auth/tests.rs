@@ -1,3 +1,6 @@
+//! Authentication without a registry: challenges, the retry rule for anonymous requests that
+//! raced, and credentials read from a Docker config.
+
 use std::time::Duration;
 
 use base64::Engine as _;
