@@ -26,6 +26,7 @@ mod tests;
 mod transport;
 
 pub use error::{Error, ErrorKind, RegistryError};
-pub use repo::{NameError, Repo};
+pub use reference::NameError;
+pub use repo::Repo;
 pub use router::Registry;
 pub use settings::{Limits, Retry, Settings};

@@ -2,6 +2,11 @@
 //! a bare name) a registry repository; every other transport prefix is refused by name rather
 //! than read as a registry host.
 
+/// A repository name or reference that cannot be used, said in one sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NameError(pub(crate) String);
+
 /// What a name's transport prefix says it is.
 pub(crate) enum Named<'a> {
     /// `oci:PATH...`: the rest after `oci:`.
@@ -24,14 +29,14 @@ const OTHERS: &[&str] = &[
     "ocidir",
 ];
 
-fn supported(input: &str, transport: &str) -> String {
-    format!(
+fn supported(input: &str, transport: &str) -> NameError {
+    NameError(format!(
         "{input:?} names the {transport:?} transport, which runner-patch does not read or write; give a registry repository (HOST/NAME, or docker://HOST/NAME) or an OCI image layout directory (oci:PATH)"
-    )
+    ))
 }
 
 /// What `input`'s transport prefix names; other tools' transports are refused by name.
-pub(crate) fn transport(input: &str) -> Result<Named<'_>, String> {
+pub(crate) fn transport(input: &str) -> Result<Named<'_>, NameError> {
     if let Some(rest) = input.strip_prefix("oci:") {
         return Ok(Named::Layout(rest));
     }

@@ -5,12 +5,7 @@ use std::fmt;
 
 use oci_spec::distribution::Reference;
 
-use super::reference::{transport, valid_tag, Named};
-
-/// A repository name or reference that cannot be used, said in one sentence.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NameError(String);
+use super::reference::{transport, valid_tag, NameError, Named};
 
 /// A repository on a registry, as the user named it (`docker.io/gpustack/runner`), or an OCI
 /// layout directory (`oci:PATH`: `registry` empty, `repository` `oci:PATH`, so that references
@@ -28,7 +23,7 @@ impl Repo {
     /// `ubuntu` is `docker.io/library/ubuntu`; `docker://` may lead), or `oci:PATH`; a tag or
     /// digest is refused, and so is any other transport.
     pub fn parse(input: &str) -> Result<Self, NameError> {
-        let name = match transport(input).map_err(NameError)? {
+        let name = match transport(input)? {
             Named::Layout(path) => return Repo::layout(input, path),
             Named::Registry(name) => name,
         };
@@ -59,7 +54,7 @@ impl Repo {
 
     /// A repository on `registry`, whose host is checked first (`input` names it in errors).
     fn on(input: &str, registry: &str, repository: &str) -> Result<Self, NameError> {
-        check_host(input, registry).map_err(NameError)?;
+        check_host(input, registry)?;
         Ok(Repo {
             registry: registry.to_owned(),
             repository: repository.to_owned(),
@@ -69,7 +64,7 @@ impl Repo {
     /// Splits `REPO:TAG` or `REPO@DIGEST` into the repository and the reference to it
     /// (`oci:PATH:TAG` at the last colon, as skopeo does).
     pub fn parse_reference(input: &str) -> Result<(Self, Reference), NameError> {
-        let input = match transport(input).map_err(NameError)? {
+        let input = match transport(input)? {
             Named::Layout(_) => return layout_reference(input),
             Named::Registry(name) => name,
         };
@@ -217,11 +212,11 @@ fn layout_reference(input: &str) -> Result<(Repo, Reference), NameError> {
 
 /// Refuses a registry host no request could reach, before any traffic: a port outside
 /// 1-65535, a DNS label over 63 bytes or a name over 253, a bracketed address that is not IPv6.
-fn check_host(input: &str, registry: &str) -> Result<(), String> {
+fn check_host(input: &str, registry: &str) -> Result<(), NameError> {
     let bad = |why: String| {
-        Err(format!(
+        Err(NameError(format!(
             "{input:?} names registry host {registry:?}, which {why}"
-        ))
+        )))
     };
     let (host, port) = match registry.strip_prefix('[') {
         Some(rest) => {

@@ -93,14 +93,11 @@ impl Tally {
         true
     }
 
-    /// Checks the bytes counted against `digest` and, when given, `size`; `Err(actual digest)`
-    /// when they differ.
-    pub fn finish(&mut self, digest: &str, size: Option<u64>) -> Result<(), String> {
+    /// The digest of the bytes counted, when they are not `digest` or (when given) not `size`
+    /// bytes; `None` when they are what was expected.
+    pub fn mismatch(&mut self, digest: &str, size: Option<u64>) -> Option<String> {
         let actual =
             crate::digest::finish(std::mem::replace(&mut self.hasher, sha2::Digest::new()));
-        if actual != digest || size.is_some_and(|s| s != self.bytes) {
-            return Err(actual);
-        }
-        Ok(())
+        (actual != digest || size.is_some_and(|s| s != self.bytes)).then_some(actual)
     }
 }

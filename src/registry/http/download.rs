@@ -198,7 +198,7 @@ impl Download {
             );
             return None;
         }
-        if let Err(actual) = self.tally.finish(&self.desc.digest, Some(size)) {
+        if let Some(actual) = self.tally.mismatch(&self.desc.digest, Some(size)) {
             let detail = format!(
                 "digest mismatch: the registry served {offset} bytes (the manifest says {size}) whose digest is {actual}"
             );

@@ -176,7 +176,7 @@ impl FileRead {
         };
         let size = self.desc.size;
         if n == 0 {
-            if let Err(actual) = self.tally.finish(&self.desc.digest, Some(size)) {
+            if let Some(actual) = self.tally.mismatch(&self.desc.digest, Some(size)) {
                 let detail = format!("digest mismatch: the layout holds {} bytes (the manifest says {size}) whose digest is {actual}", self.tally.bytes);
                 return self.fail(ErrorKind::Integrity, detail);
             }

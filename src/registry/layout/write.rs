@@ -80,7 +80,7 @@ async fn write_renamed(
         }
         f.write_all(&chunk).await.map_err(io)?;
     }
-    if let Err(actual) = tally.finish(digest, size) {
+    if let Some(actual) = tally.mismatch(digest, size) {
         let n = tally.bytes;
         return Err(integrity(format!("digest mismatch: {n} bytes with digest {actual} arrived; refusing to store them as {digest}")));
     }
