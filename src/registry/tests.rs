@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
+use crate::media::Descriptor;
+
 use super::body::Envelope;
 use super::error::ErrorKind;
 use super::repo::Repo;
+use super::router::Registry;
 use super::settings::{Limits, Retry, Settings};
 use super::transport::{retryable, Transport};
 
@@ -175,4 +178,43 @@ fn error_kinds_come_from_the_registry_s_codes_then_its_status() {
     let text = Envelope::parse(b"<html>\nbad gateway\n</html>");
     assert_eq!(text.message, "<html> bad gateway </html>");
     assert!(text.codes.is_empty());
+}
+
+#[tokio::test]
+async fn a_layout_only_run_serves_layouts_through_the_router_and_refuses_registries() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let layout = Repo::parse(&format!("oci:{}", tmp.path().join("l").display())).expect("repo");
+    let reg = Registry::new(&[&layout], Settings::default()).expect("client");
+    let blob = b"a blob".to_vec();
+    let digest = crate::digest::sha256(&blob);
+    assert!(!reg.blob_exists(&layout, &digest).await.expect("exists"));
+    reg.blob_put(&layout, &digest, blob.clone())
+        .await
+        .expect("put");
+    assert!(reg.blob_exists(&layout, &digest).await.expect("exists"));
+    let desc = Descriptor {
+        media_type: crate::media::OCI_CONFIG.to_owned(),
+        digest: digest.clone(),
+        size: blob.len() as u64,
+        urls: Vec::new(),
+    };
+    assert_eq!(
+        reg.blob_get_small(&layout, &desc, 1024).await.expect("get"),
+        blob
+    );
+    let missing = reg
+        .manifest_get(&layout.at_tag("none"))
+        .await
+        .expect_err("no such tag");
+    assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
+    let remote = Repo::parse("127.0.0.1:5000/a/b").expect("repo");
+    let e = reg
+        .tags_list(&remote)
+        .await
+        .expect_err("no registry client");
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert_eq!(
+        e.to_string(),
+        "reaching 127.0.0.1:5000/a/b: this run was set up for OCI layouts only"
+    );
 }
