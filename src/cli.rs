@@ -299,16 +299,14 @@ pub struct PatchesArgs {
 }
 
 impl Bounds {
-    /// The limits these options give (requests in flight stay at the default; `apply` sizes
-    /// them from `--jobs`).
-    pub fn limits(&self) -> runner_patch::registry::transport::Limits {
+    /// The time limits these options give.
+    pub fn limits(&self) -> runner_patch::registry::Limits {
         use std::time::Duration;
-        runner_patch::registry::transport::Limits {
+        runner_patch::registry::Limits {
             idle: Duration::from_secs(self.idle_timeout),
             base: Duration::from_secs(self.request_timeout),
             min_rate: self.min_rate.saturating_mul(1024),
             helper: Duration::from_secs(self.helper_timeout),
-            ..Default::default()
         }
     }
 }

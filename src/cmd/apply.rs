@@ -98,7 +98,8 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         _ => None,
     };
     // Requests in flight: four per tag at once (platforms, and a copy's read and write).
-    let reg = Registry::with_concurrency(&[&req.source, &req.target], a.jobs.saturating_mul(4))?;
+    let settings = super::common::registry_settings(g).with_max_requests(a.jobs.saturating_mul(4));
+    let reg = Registry::new(&[&req.source, &req.target], settings)?;
     let run = Arc::new(Run {
         reg: Arc::new(reg),
         patches,

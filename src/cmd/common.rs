@@ -23,6 +23,25 @@ impl From<Status> for ExitCode {
     }
 }
 
+/// The registry client's settings for this run: the time bounds of the command line and the
+/// retry count of `RUNNER_PATCH_RETRIES` (N retries after the first try, 0 turns them off; a
+/// value that is not a number leaves the default). Requests in flight stay at the default;
+/// `apply` sizes them from `--jobs`.
+pub fn registry_settings(g: &Global) -> runner_patch::registry::Settings {
+    let retry = std::env::var("RUNNER_PATCH_RETRIES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or_else(
+            runner_patch::registry::Retry::default,
+            runner_patch::registry::Retry::with_retries,
+        );
+    runner_patch::registry::Settings {
+        limits: g.bounds.limits(),
+        retry,
+        ..Default::default()
+    }
+}
+
 /// A multi-threaded runtime for one command.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()

@@ -53,7 +53,6 @@ fn init_logging(g: &Global) {
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(&cli.global);
-    runner_patch::registry::transport::configure(cli.global.bounds.limits());
     let status = match &cli.command {
         Command::Apply(a) => apply::run(
             &cli.global,

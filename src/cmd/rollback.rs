@@ -38,14 +38,15 @@ fn print_text(moves: &[Move], kept: &[Kept]) -> Result<()> {
     Ok(())
 }
 
-pub fn run(_g: &Global, a: &RollbackArgs) -> Result<Status> {
+pub fn run(g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.digest_map)?;
     let repos = map.repos()?;
     let todo = wanted(&map)?;
     let kept = provenance_kept(&map)?;
     let rt = super::common::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
+        let settings = super::common::registry_settings(g);
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), settings)?;
         let (moves, failed) = restore_all(&reg, &todo, a.dry_run).await;
         crate::summary::rollback(a.dry_run, &serde_json::to_value(&moves)?);
         if a.json {

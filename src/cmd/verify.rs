@@ -93,7 +93,8 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     }
     let rt = super::common::runtime()?;
     rt.block_on(async {
-        let reg = Registry::new(&repos.iter().collect::<Vec<_>>())?;
+        let settings = super::common::registry_settings(g);
+        let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), settings)?;
         let (checks, skipped) = check_all(&reg, &checks, map.as_ref(), a).await?;
         let ok = checks.iter().all(ImageCheck::ok);
         crate::summary::verify(ok, &serde_json::to_value(&checks)?, &skipped);

@@ -1,10 +1,11 @@
-//! Repositories as users name them: Docker's conventions, hosts checked at parse time.
+//! Repositories as users name them: Docker's conventions, hosts checked at parse time, and OCI
+//! layout directories (`oci:PATH`) named as skopeo names them.
 
 use std::fmt;
 
 use oci_spec::distribution::Reference;
 
-use super::reference;
+use super::reference::{transport, valid_tag, NameError, Named};
 
 /// A repository on a registry, as the user named it (`docker.io/gpustack/runner`), or an OCI
 /// layout directory (`oci:PATH`: `registry` empty, `repository` `oci:PATH`, so that references
@@ -21,50 +22,51 @@ impl Repo {
     /// Parses a repository name with Docker's conventions (`gpustack/runner` is on docker.io,
     /// `ubuntu` is `docker.io/library/ubuntu`; `docker://` may lead), or `oci:PATH`; a tag or
     /// digest is refused, and so is any other transport.
-    pub fn parse(input: &str) -> Result<Self, String> {
-        let input = match super::reference::transport(input)? {
-            reference::Named::Layout(path) => return Repo::layout(input, path),
-            reference::Named::Registry(name) => name,
+    pub fn parse(input: &str) -> Result<Self, NameError> {
+        let name = match transport(input)? {
+            Named::Layout(path) => return Repo::layout(input, path),
+            Named::Registry(name) => name,
+        };
+        let invalid = |e: oci_spec::distribution::ParseError| {
+            NameError(format!("{name:?} is not a valid repository reference: {e}"))
+        };
+        let names_tag = || {
+            NameError(format!(
+                "{name:?} names a tag or digest; give the repository only (tags go in --tag)"
+            ))
         };
         // oci-spec's grammar has no IPv6 literals; Docker accepts `[::1]:5000/repo`.
-        if let Some((host, path)) = input.strip_prefix('[').and_then(|_| input.split_once('/')) {
-            let r: Reference = format!("localhost/{path}")
-                .parse()
-                .map_err(|e| format!("{input:?} is not a valid repository reference: {e}"))?;
+        if let Some((host, path)) = name.strip_prefix('[').and_then(|_| name.split_once('/')) {
+            let r: Reference = format!("localhost/{path}").parse().map_err(invalid)?;
             if path.contains(':') || path.contains('@') {
-                return Err(format!(
-                    "{input:?} names a tag or digest; give the repository only (tags go in --tag)"
-                ));
+                return Err(names_tag());
             }
-            check_host(input, host)?;
-            return Ok(Repo {
-                registry: host.to_owned(),
-                repository: r.repository().to_owned(),
-            });
+            return Repo::on(name, host, r.repository());
         }
-        let r: Reference = input
-            .parse()
-            .map_err(|e| format!("{input:?} is not a valid repository reference: {e}"))?;
+        let r: Reference = name.parse().map_err(invalid)?;
         // oci-spec fills in "latest" when no tag was given; refuse an explicit one.
-        let last = input.rsplit('/').next().unwrap_or(input);
-        if input.contains('@') || last.contains(':') {
-            return Err(format!(
-                "{input:?} names a tag or digest; give the repository only (tags go in --tag)"
-            ));
+        let last = name.rsplit('/').next().unwrap_or(name);
+        if name.contains('@') || last.contains(':') {
+            return Err(names_tag());
         }
-        check_host(input, r.registry())?;
+        Repo::on(name, r.registry(), r.repository())
+    }
+
+    /// A repository on `registry`, whose host is checked first (`input` names it in errors).
+    fn on(input: &str, registry: &str, repository: &str) -> Result<Self, NameError> {
+        check_host(input, registry)?;
         Ok(Repo {
-            registry: r.registry().to_owned(),
-            repository: r.repository().to_owned(),
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
         })
     }
 
     /// Splits `REPO:TAG` or `REPO@DIGEST` into the repository and the reference to it
     /// (`oci:PATH:TAG` at the last colon, as skopeo does).
-    pub fn parse_reference(input: &str) -> Result<(Self, Reference), String> {
-        let input = match super::reference::transport(input)? {
-            reference::Named::Layout(_) => return reference::layout_reference(input),
-            reference::Named::Registry(name) => name,
+    pub fn parse_reference(input: &str) -> Result<(Self, Reference), NameError> {
+        let input = match transport(input)? {
+            Named::Layout(_) => return layout_reference(input),
+            Named::Registry(name) => name,
         };
         let (repo, rest, is_digest) = if let Some((r, d)) = input.split_once('@') {
             (r, d, true)
@@ -73,30 +75,55 @@ impl Repo {
             match input[slash..].rfind(':') {
                 Some(i) => (&input[..slash + i], &input[slash + i + 1..], false),
                 None => {
-                    return Err(format!(
+                    return Err(NameError(format!(
                         "{input:?} names no tag or digest (REPO:TAG or REPO@DIGEST)"
-                    ))
+                    )))
                 }
             }
         };
         let repo = Repo::parse(repo)?;
         let r = if is_digest {
             if !crate::digest::is_sha256(rest) {
-                return Err(format!("{input:?}: {rest:?} is not a sha256 digest"));
+                return Err(NameError(format!(
+                    "{input:?}: {rest:?} is not a sha256 digest"
+                )));
             }
             repo.at_digest(rest)
         } else {
-            if rest.is_empty()
-                || rest.len() > 128
-                || !rest
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            {
-                return Err(format!("{input:?}: {rest:?} is not a valid tag"));
-            }
-            repo.at_tag(rest)
+            repo.at_tag(checked_tag(input, rest)?)
         };
         Ok((repo, r))
+    }
+
+    /// An OCI layout directory named `oci:PATH` (`input`), for `--repository` and
+    /// `--target-repository`: the path as given (relative to the working directory), with no
+    /// `:` (which would name a tag: tags go in `--tag`).
+    fn layout(input: &str, path: &str) -> Result<Repo, NameError> {
+        if path.contains(':') {
+            return Err(NameError(format!(
+                "{input:?} names a tag (after the last ':'); give the layout directory only (tags go in --tag; a directory whose name holds ':' cannot be named here)"
+            )));
+        }
+        Repo::layout_at(input, path, "oci:PATH")
+    }
+
+    /// The layout at `path`; `form` is how `input` should have named one.
+    fn layout_at(input: &str, path: &str, form: &str) -> Result<Repo, NameError> {
+        if path.is_empty() {
+            return Err(NameError(format!("{input:?} names no directory ({form})")));
+        }
+        Ok(Repo {
+            registry: String::new(),
+            repository: format!("oci:{path}"),
+        })
+    }
+
+    /// The repository a reference is in.
+    pub(crate) fn of(r: &Reference) -> Repo {
+        Repo {
+            registry: r.registry().to_owned(),
+            repository: r.repository().to_owned(),
+        }
     }
 
     /// The OCI layout directory this repository is, if it is one.
@@ -152,13 +179,44 @@ impl Repo {
     }
 }
 
+/// `tag`, when it is a valid tag (`input` names it in the error).
+fn checked_tag<'a>(input: &str, tag: &'a str) -> Result<&'a str, NameError> {
+    if valid_tag(tag) {
+        Ok(tag)
+    } else {
+        Err(NameError(format!("{input:?}: {tag:?} is not a valid tag")))
+    }
+}
+
+/// `oci:PATH:TAG` split at the last colon, as skopeo does (so PATH may hold colons), or
+/// `oci:PATH@sha256:HEX`.
+fn layout_reference(input: &str) -> Result<(Repo, Reference), NameError> {
+    let rest = input.strip_prefix("oci:").unwrap_or(input);
+    if let Some((path, digest)) = rest.rsplit_once('@') {
+        if crate::digest::is_sha256(digest) {
+            let repo = Repo::layout_at(input, path, "oci:PATH:TAG")?;
+            let r = repo.at_digest(digest);
+            return Ok((repo, r));
+        }
+    }
+    let Some((path, tag)) = rest.rsplit_once(':') else {
+        return Err(NameError(format!(
+            "{input:?} names no tag (oci:PATH:TAG; the tag follows the last ':')"
+        )));
+    };
+    let tag = checked_tag(input, tag)?;
+    let repo = Repo::layout_at(input, path, "oci:PATH:TAG")?;
+    let r = repo.at_tag(tag);
+    Ok((repo, r))
+}
+
 /// Refuses a registry host no request could reach, before any traffic: a port outside
 /// 1-65535, a DNS label over 63 bytes or a name over 253, a bracketed address that is not IPv6.
-fn check_host(input: &str, registry: &str) -> Result<(), String> {
+fn check_host(input: &str, registry: &str) -> Result<(), NameError> {
     let bad = |why: String| {
-        Err(format!(
+        Err(NameError(format!(
             "{input:?} names registry host {registry:?}, which {why}"
-        ))
+        )))
     };
     let (host, port) = match registry.strip_prefix('[') {
         Some(rest) => {

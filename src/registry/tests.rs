@@ -1,5 +1,18 @@
-use super::*;
+//! Unit tests of the registry client's parts that need no registry: names, URLs, bounds,
+//! retries, error kinds.
+
+use std::time::Duration;
+
 use reqwest::StatusCode;
+
+use crate::media::Descriptor;
+
+use super::body::Envelope;
+use super::error::ErrorKind;
+use super::repo::Repo;
+use super::router::Registry;
+use super::settings::{Limits, Retry, Settings};
+use super::transport::{retryable, Transport};
 
 #[test]
 fn repo_parsing_follows_docker() {
@@ -31,7 +44,7 @@ fn repo_parsing_follows_docker() {
         "[::1/a",
         &format!("{}.example/a", "x".repeat(64)),
     ] {
-        let e = Repo::parse(bad).expect_err(bad);
+        let e = Repo::parse(bad).expect_err(bad).to_string();
         assert!(e.contains("registry host"), "{bad}: {e}");
     }
     assert!(Repo::parse("[::1]:5000/a").is_ok() && Repo::parse("[::1]/a").is_ok());
@@ -43,7 +56,7 @@ fn repo_parsing_follows_docker() {
 #[test]
 fn urls_the_registry_names_are_resolved_and_only_its_origin_is_its_own() {
     let repo = Repo::parse("127.0.0.1:5000/a/b").expect("parse");
-    let reg = Http::new(&[&repo]).expect("client");
+    let reg = Transport::new(&[&repo], Settings::default()).expect("client");
     assert_eq!(
         reg.absolute(&repo, "/v2/a/b/blobs/uploads/x?s=1"),
         "http://127.0.0.1:5000/v2/a/b/blobs/uploads/x?s=1"
@@ -69,10 +82,10 @@ fn urls_the_registry_names_are_resolved_and_only_its_origin_is_its_own() {
 
 #[test]
 fn deadlines_grow_with_size_at_the_min_rate() {
-    let l = transport::Limits {
+    let l = Limits {
         base: Duration::from_secs(10),
         min_rate: 1024,
-        ..transport::Limits::default()
+        ..Limits::default()
     };
     assert_eq!(l.deadline(0), Duration::from_secs(10));
     assert_eq!(l.deadline(10 * 1024), Duration::from_secs(20));
@@ -89,4 +102,119 @@ fn backoff_grows_and_is_capped() {
     assert!(r.backoff(1) <= Duration::from_millis(300));
     assert!(r.backoff(10) <= Duration::from_millis(1500));
     assert!(retryable(StatusCode::TOO_MANY_REQUESTS) && !retryable(StatusCode::NOT_FOUND));
+}
+
+#[test]
+fn transports_are_split_as_skopeo_names_them() {
+    let r = Repo::parse("oci:some/dir").expect("layout");
+    assert_eq!(r.layout_path(), Some("some/dir"));
+    assert_eq!(r.to_string(), "oci:some/dir");
+    assert_eq!(r.at_tag("t1").whole(), "oci:some/dir:t1");
+    assert!(Repo::parse("oci:dir:tag").is_err() && Repo::parse("oci:").is_err());
+    let (repo, r) = Repo::parse_reference("oci:/tmp/a:b/dir:t1").expect("ref");
+    assert_eq!(
+        (repo.layout_path(), r.tag()),
+        (Some("/tmp/a:b/dir"), Some("t1"))
+    );
+    let d = format!("sha256:{}", "a".repeat(64));
+    let (repo, r) = Repo::parse_reference(&format!("oci:x@{d}")).expect("digest");
+    assert_eq!(
+        (repo.layout_path(), r.digest()),
+        (Some("x"), Some(d.as_str()))
+    );
+    assert!(Repo::parse_reference("oci:dir").is_err());
+    // A map names a layout as oci:PATH:TAG; it reads back to the same repository.
+    let back = Repo::parse_reference(&repo.at_tag("t").whole()).expect("back");
+    assert_eq!(back.0, repo);
+    // docker:// is the registry transport; host:port still names a registry.
+    let r = Repo::parse("docker://127.0.0.1:5000/a/b").expect("docker://");
+    assert_eq!(
+        (r.registry.as_str(), r.layout_path()),
+        ("127.0.0.1:5000", None)
+    );
+    assert!(Repo::parse("localhost:5000/a").is_ok());
+    for other in [
+        "oci-archive:x.tar",
+        "dir:/tmp/x",
+        "docker-archive:x.tar",
+        "containers-storage:x",
+        "ocidir://x",
+        "oci-layout://x",
+    ] {
+        let e = Repo::parse(other).expect_err(other).to_string();
+        assert!(e.contains("transport") && e.contains("oci:PATH"), "{e}");
+        assert!(Repo::parse_reference(&format!("{other}:t")).is_err());
+    }
+}
+
+#[test]
+fn retries_are_set_by_the_caller_not_the_environment() {
+    // The binary reads RUNNER_PATCH_RETRIES; the library's default is 5 retries whatever the
+    // environment says.
+    assert_eq!(Retry::default().attempts, 6);
+    assert_eq!(Retry::with_retries(0).attempts, 1);
+    assert_eq!(Retry::with_retries(2).attempts, 3);
+    assert_eq!(Retry::with_retries(u32::MAX).attempts, u32::MAX);
+    assert_eq!(Settings::default().with_max_requests(3).max_requests, 3);
+}
+
+#[test]
+fn error_kinds_come_from_the_registry_s_codes_then_its_status() {
+    let env = Envelope::parse(
+        br#"{"errors":[{"code":"MANIFEST_BLOB_UNKNOWN","message":"blob unknown to registry","detail":"sha256:x"}]}"#,
+    );
+    assert_eq!(
+        env.message,
+        "MANIFEST_BLOB_UNKNOWN blob unknown to registry"
+    );
+    assert_eq!(
+        ErrorKind::of_answer(400, &env.codes),
+        ErrorKind::BlobUnknown
+    );
+    assert_eq!(ErrorKind::of_answer(400, &[]), ErrorKind::Status);
+    assert_eq!(ErrorKind::of_answer(401, &[]), ErrorKind::Unauthorized);
+    assert_eq!(ErrorKind::of_answer(403, &[]), ErrorKind::Denied);
+    assert_eq!(ErrorKind::of_answer(404, &[]), ErrorKind::NotFound);
+    let text = Envelope::parse(b"<html>\nbad gateway\n</html>");
+    assert_eq!(text.message, "<html> bad gateway </html>");
+    assert!(text.codes.is_empty());
+}
+
+#[tokio::test]
+async fn a_layout_only_run_serves_layouts_through_the_router_and_refuses_registries() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let layout = Repo::parse(&format!("oci:{}", tmp.path().join("l").display())).expect("repo");
+    let reg = Registry::new(&[&layout], Settings::default()).expect("client");
+    let blob = b"a blob".to_vec();
+    let digest = crate::digest::sha256(&blob);
+    assert!(!reg.blob_exists(&layout, &digest).await.expect("exists"));
+    reg.blob_put(&layout, &digest, blob.clone())
+        .await
+        .expect("put");
+    assert!(reg.blob_exists(&layout, &digest).await.expect("exists"));
+    let desc = Descriptor {
+        media_type: crate::media::OCI_CONFIG.to_owned(),
+        digest: digest.clone(),
+        size: blob.len() as u64,
+        urls: Vec::new(),
+    };
+    assert_eq!(
+        reg.blob_get_small(&layout, &desc, 1024).await.expect("get"),
+        blob
+    );
+    let missing = reg
+        .manifest_get(&layout.at_tag("none"))
+        .await
+        .expect_err("no such tag");
+    assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
+    let remote = Repo::parse("127.0.0.1:5000/a/b").expect("repo");
+    let e = reg
+        .tags_list(&remote)
+        .await
+        .expect_err("no registry client");
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert_eq!(
+        e.to_string(),
+        "reaching 127.0.0.1:5000/a/b: this run was set up for OCI layouts only"
+    );
 }

@@ -74,7 +74,7 @@ pub async fn check_reference(
     input: &str,
     with_provenance: bool,
 ) -> Result<ImageCheck, Error> {
-    let (repo, r) = Repo::parse_reference(input).map_err(Error::Invalid)?;
+    let (repo, r) = Repo::parse_reference(input).map_err(|e| Error::Invalid(e.to_string()))?;
     let top = reg.manifest_get(&r).await?;
     let mut check = ImageCheck {
         reference: input.to_owned(),
