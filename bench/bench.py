@@ -535,7 +535,7 @@ def main(argv=None):
         map1 = os.path.join(work, "map1.json")
         r["apply"] = b.measure("apply", "a. runner-patch apply", [
             snapshot, "-v", "apply", "--backend", "cuda", "--repository", src, "--tag", TAG,
-            "--tag-suffix", "-bench1", "--manifest", map1, "--no-cache"])
+            "--tag-suffix", "-bench1", "--digest-map", map1, "--no-cache"])
         r["apply"]["outcome"] = outcome_of(map1)
 
         # b. the floor
@@ -573,7 +573,7 @@ def main(argv=None):
         map2 = os.path.join(work, "map2.json")
         r["apply2"] = b.measure("apply2", "d. apply again (already patched)", [
             snapshot, "apply", "--backend", "cuda", "--repository", src, "--tag", f"{TAG}-bench1",
-            "--manifest", map2, "--no-cache"])
+            "--digest-map", map2, "--no-cache"])
         r["apply2"]["outcome"] = outcome_of(map2)
 
         # e-g. plan -> apply through a fresh scan cache, then a plan with one entry edited
@@ -585,7 +585,7 @@ def main(argv=None):
         map3 = os.path.join(work, "map3.json")
         r["apply_cached"] = b.measure("apply_cached", "f. apply after plan (scan cache)",
                                       [cached[0], "apply"] + cached[1:] + ["--tag-suffix", "-bench2",
-                                                                           "--manifest", map3])
+                                                                           "--digest-map", map3])
         r["apply_cached"]["outcome"] = outcome_of(map3)
         r["plan_edited"] = b.measure("plan_edited", "g. plan, one cache entry edited on disk",
                                      [cached[0], "plan"] + cached[1:] + ["--tag-suffix", "-bench3"],

@@ -17,20 +17,20 @@ python3 -m fixtures.build --registry "$ADDR" --repository gpustack/runner \
     --summary "$DEMO/fixtures.json" >/dev/null
 echo "== seeded $REPO with cuda12.9-vllm0.27.1, cuda13.0-vllm0.30.0, cuda13.0-vllm0.33.0, rocm7.2-vllm0.25.1, cann9.0-910b-vllm0.20.2"
 BIN=target/release/runner-patch
-echo "== $BIN apply --backend cuda --repository $REPO --manifest $DEMO/runner-patch-manifest.json"
+echo "== $BIN apply --backend cuda --repository $REPO --digest-map $DEMO/runner-patch-manifest.json"
 set +e
-"$BIN" apply --backend cuda --repository "$REPO" --manifest "$DEMO/runner-patch-manifest.json"
+"$BIN" apply --backend cuda --repository "$REPO" --digest-map "$DEMO/runner-patch-manifest.json"
 status=$?
 set -e
 echo "== digest map ($DEMO/runner-patch-manifest.json)"
 cat "$DEMO/runner-patch-manifest.json"
 echo "== apply exited $status; the registry is still up at $ADDR (make demo-stop stops it). Try:"
 echo "   # check every patched image against its original"
-echo "   $BIN verify --manifest $DEMO/runner-patch-manifest.json"
+echo "   $BIN verify --digest-map $DEMO/runner-patch-manifest.json"
 echo "   # plan again: already-patched, nothing to do"
 echo "   $BIN plan --backend cuda --repository $REPO"
 echo "   # put every moved tag back on its original digest"
-echo "   $BIN rollback --manifest $DEMO/runner-patch-manifest.json"
+echo "   $BIN rollback --digest-map $DEMO/runner-patch-manifest.json"
 echo "   # what apply --backend rocm would do"
 echo "   $BIN plan --backend rocm --repository $REPO"
 exit "$status"

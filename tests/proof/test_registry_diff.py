@@ -87,7 +87,7 @@ def unpack(addr: str, repo: str, tag: str, into: Path) -> Path:
 def apply(addr: str, repo: str, patch: Path, work: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(pu.binary()), "apply", "--backend", "cuda", "--repository", f"{addr}/{repo}",
-         "--tag", TAG, "--patch", str(patch), "--manifest", str(work / f"map-{repo.replace('/', '-')}.json"),
+         "--tag", TAG, "--patch", str(patch), "--digest-map", str(work / f"map-{repo.replace('/', '-')}.json"),
          "--json", "--no-cache", "-q"],
         capture_output=True, text=True, timeout=300)
 

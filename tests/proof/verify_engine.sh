@@ -21,7 +21,7 @@ ADDR=$(python3 -m fixtures.registry start --dir "$WORK/registry")
 TAG="cuda12.9-vllm$VERSION"
 python3 -m fixtures.build --registry "$ADDR" --only "$TAG" --vllm-file "$VERSION=$ORIGINAL" --summary "$WORK/fixtures.json" >/dev/null
 
-"$BIN" -q apply --backend cuda --repository "$ADDR/gpustack/runner" --tag "$TAG" --manifest "$WORK/map.json" >/dev/null
+"$BIN" -q apply --backend cuda --repository "$ADDR/gpustack/runner" --tag "$TAG" --digest-map "$WORK/map.json" >/dev/null
 python3 - "$WORK/map.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
