@@ -99,13 +99,21 @@ pub fn wanted_key(wanted: &Wanted) -> String {
         v.dedup();
         v.join(",")
     };
-    format!(
+    let mut key = format!(
         "tool={}\ntargets={}\npackages={}\ncompanions={}",
         crate::VERSION,
         sorted(&wanted.targets),
         sorted(&wanted.packages),
         sorted(&wanted.companions)
-    )
+    );
+    // Exact paths are named only when there are some, so the keys of other scans stay as they were.
+    if !wanted.paths.is_empty() {
+        key.push_str(&format!("\npaths={}", sorted(&wanted.paths)));
+    }
+    if !wanted.resolved.is_empty() {
+        key.push_str(&format!("\nresolved={}", sorted(&wanted.resolved)));
+    }
+    key
 }
 
 /// The biggest entry written or read: real ones are a few KiB (a few MiB for a layer with very
@@ -257,6 +265,9 @@ fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerSc
             "whiteouts": scan.whiteouts,
             "opaques": scan.opaques,
             "index": scan.index_keys(),
+            "links": scan.links.iter().map(|(k, t)| json!([k, t])).collect::<Vec<_>>(),
+            "dirs": scan.dirs,
+            "pythons": scan.pythons,
             "refusal": scan.refusal,
             "kept": scan.kept,
             "compressed_bytes": scan.compressed_bytes,
@@ -349,6 +360,42 @@ fn targets_of(s: &Value) -> Result<Vec<FileEntry>, String> {
     Ok(targets)
 }
 
+type Links = (
+    BTreeMap<u64, String>,
+    Vec<u64>,
+    std::collections::BTreeSet<u32>,
+);
+
+/// The link targets, directory index and Python versions of a scan (absent: none kept).
+fn links_of(s: &Value) -> Result<Links, String> {
+    let mut links = BTreeMap::new();
+    for pair in s["links"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let key = num(&pair[0], "links")?;
+        links.insert(key, text(&pair[1], "links")?);
+    }
+    let dirs: Vec<u64> = match &s["dirs"] {
+        Value::Null => Vec::new(),
+        d => d
+            .as_array()
+            .ok_or_else(|| bad("dirs"))?
+            .iter()
+            .map(|k| k.as_u64().ok_or_else(|| bad("dirs")))
+            .collect::<Result<_, _>>()?,
+    };
+    if !dirs.windows(2).all(|w| w[0] <= w[1]) {
+        return Err(bad("dirs"));
+    }
+    let mut pythons = std::collections::BTreeSet::new();
+    for m in s["pythons"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        pythons.insert(u32::try_from(num(m, "pythons")?).map_err(|_| bad("pythons"))?);
+    }
+    Ok((links, dirs, pythons))
+}
+
 /// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
 fn decode(
     bytes: &[u8],
@@ -380,6 +427,7 @@ fn decode(
     if !index.windows(2).all(|w| w[0] <= w[1]) {
         return Err(bad("index"));
     }
+    let (links, dirs, pythons) = links_of(s)?;
     let refusal = match &s["refusal"] {
         Value::Null => None,
         r => Some(text(r, "refusal")?),
@@ -392,6 +440,9 @@ fn decode(
     scan.whiteouts = strings(&s["whiteouts"], "whiteouts")?.into_iter().collect();
     scan.opaques = strings(&s["opaques"], "opaques")?.into_iter().collect();
     scan.set_index_keys(index);
+    scan.links = links;
+    scan.dirs = dirs;
+    scan.pythons = pythons;
     scan.refusal = refusal;
     scan.kept = kept;
     scan.compressed_bytes = compressed_bytes;
@@ -416,6 +467,7 @@ mod tests {
             targets: vec![target.into()],
             companions: vec!["b.py".into(), "a.py".into()],
             packages: vec!["vllm".into()],
+            ..Wanted::default()
         }
     }
 
@@ -442,6 +494,9 @@ mod tests {
         s.whiteouts = ["opt/legacy".to_owned()].into();
         s.opaques = ["usr/lib/somepkg".to_owned()].into();
         s.set_index_keys(vec![8, 16, !7]);
+        s.links = [(16, "../lib".to_owned())].into();
+        s.dirs = vec![24, 32];
+        s.pythons = [11, 12].into();
         s.refusal = Some("why".into());
         s.kept = 42;
         s.compressed_bytes = 1234;

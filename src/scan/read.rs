@@ -148,6 +148,7 @@ pub(super) struct Counts {
     pycs: u64,
     whiteouts: u64,
     indexed: u64,
+    links: u64,
 }
 
 /// Counts the bytes a layer scan keeps against the per-layer cap and the run's budget.
@@ -188,14 +189,15 @@ impl Keeper<'_> {
     fn what(&self) -> String {
         let c = &self.counts;
         format!(
-            "{} kept so far: {} cop{} of the target, {} version or guard file(s), {} .pyc path(s), {} whiteout(s), {} non-directory path(s) indexed",
+            "{} kept so far: {} cop{} of the target, {} version or guard file(s), {} .pyc path(s), {} whiteout(s), {} path(s) indexed, {} link target(s)",
             mib(self.kept),
             c.targets,
             if c.targets == 1 { "y" } else { "ies" },
             c.files,
             c.pycs,
             c.whiteouts,
-            c.indexed
+            c.indexed,
+            c.links
         )
     }
 }
@@ -273,10 +275,14 @@ pub(super) fn scan_tar<R: Read>(
         keeper.give_back(keeper.kept);
         return Ok(());
     }
-    let holds_all = wanted
-        .targets
-        .iter()
-        .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
+    scan.dirs.sort_unstable();
+    scan.dirs.dedup();
+    // A scan for exact paths keeps every index: links and paths are resolved over all layers.
+    let holds_all = !wanted.resolves_links()
+        && wanted
+            .targets
+            .iter()
+            .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
     if holds_all {
         // A top-down scan stops at a layer holding every target: nothing below needs its index.
         keeper.give_back(scan.non_dirs.len() as u64 * INDEX_ENTRY);
@@ -406,11 +412,17 @@ pub(super) fn scan_entries<R: Read>(
             io::copy(&mut entry, &mut io::sink())?;
             continue;
         }
+        if let Some(minor) = interpreter_minor(&path) {
+            scan.pythons.insert(minor);
+        }
         if etype != tar::EntryType::Directory {
             keeper.counts.indexed += 1;
             keeper.take(INDEX_ENTRY, &digest).map_err(Stop::Refused)?;
             scan.non_dirs
                 .push(index_key(&path) | NodeKind::of(etype).code());
+        }
+        if wanted.resolves_links() {
+            learn_link(&entry, &path, etype, scan, keeper, &digest)?;
         }
         if wanted.is_target(&path) {
             keep_target(&mut entry, path, etype, scan, keeper, &digest)?;
@@ -433,6 +445,35 @@ pub(super) fn scan_entries<R: Read>(
         }
         io::copy(&mut entry, &mut io::sink())?;
     }
+}
+
+/// For a scan resolving exact paths: keeps a symbolic link's target, or indexes a directory.
+fn learn_link<R: Read>(
+    entry: &tar::Entry<R>,
+    path: &str,
+    etype: tar::EntryType,
+    scan: &mut LayerScan,
+    keeper: &mut Keeper<'_>,
+    digest: &str,
+) -> Result<(), Stop> {
+    // The last entry at a path is what extraction leaves.
+    let key = index_key(path);
+    if let Some(old) = scan.links.remove(&key) {
+        keeper.give_back(old.len() as u64 + ITEM_OVERHEAD);
+    }
+    if etype == tar::EntryType::Directory {
+        keeper.counts.indexed += 1;
+        keeper.take(INDEX_ENTRY, digest).map_err(Stop::Refused)?;
+        scan.dirs.push(key);
+    } else if etype == tar::EntryType::Symlink {
+        let to = link_name(entry);
+        keeper.counts.links += 1;
+        keeper
+            .take(to.len() as u64 + ITEM_OVERHEAD, digest)
+            .map_err(Stop::Refused)?;
+        scan.links.insert(key, to);
+    }
+    Ok(())
 }
 
 pub(super) fn link_name<R: Read>(entry: &tar::Entry<R>) -> String {

@@ -11,6 +11,7 @@ fn wanted() -> Wanted {
         targets: vec![T.into()],
         companions: vec!["vllm_ascend/x.py".into()],
         packages: vec!["vllm".into()],
+        ..Wanted::default()
     }
 }
 
