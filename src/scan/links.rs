@@ -77,8 +77,9 @@ fn join(done: &[String], name: &str) -> String {
 }
 
 /// Resolves `path` (relative to `/`), asking `lookup` what is at each ancestor, and following
-/// every link there. A missing ancestor, or one that is a directory, is gone through as it is;
-/// a non-directory ancestor is refused (the container gets `ENOTDIR`).
+/// every link there. An ancestor that is a directory, or shows no entry (layers need not list
+/// the parents of what they hold), is gone through as it is; a non-directory ancestor is
+/// refused (the container gets `ENOTDIR`).
 pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, LinkError> {
     let mut todo: VecDeque<String> = path
         .split('/')
@@ -88,8 +89,6 @@ pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, Li
     let mut done: Vec<String> = Vec::new();
     let mut via: Vec<(String, String)> = Vec::new();
     let mut states = BTreeSet::new();
-    // Below a missing directory nothing more can be a link.
-    let mut missing = false;
     while let Some(c) = todo.pop_front() {
         match c.as_str() {
             "." => continue,
@@ -112,20 +111,16 @@ pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, Li
         let here = join(&done, &c);
         let last = todo.iter().all(|t| t == ".");
         if last {
-            let node = if missing { Node::Absent } else { lookup(&here) };
+            let node = lookup(&here);
             return Ok(Resolved {
                 path: here,
                 node,
                 via,
             });
         }
-        let node = if missing { Node::Absent } else { lookup(&here) };
-        match node {
-            Node::Absent => {
-                missing = true;
-                done.push(c);
-            }
-            Node::Dir => done.push(c),
+        match lookup(&here) {
+            // A directory known only from what lies below it (layers need not list parents).
+            Node::Absent | Node::Dir => done.push(c),
             Node::Entry(kind) => return Err(LinkError::NotADirectory { path: here, kind }),
             Node::Link(target) => {
                 let rest: Vec<&str> = todo.iter().map(String::as_str).collect();

@@ -54,7 +54,7 @@ impl NodeKind {
         }
     }
 
-    pub(super) fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             NodeKind::File => "a regular file",
             NodeKind::Symlink => "a symbolic link",
