@@ -77,7 +77,7 @@ fn join(done: &[String], name: &str) -> String {
 }
 
 /// Resolves `path` (relative to `/`), asking `lookup` what is at each ancestor, and following
-/// every link there. An ancestor that is a directory, or shows no entry (layers need not list
+/// every link there (a directory is resolved whole as `dir/.`). An ancestor that is a directory, or shows no entry (layers need not list
 /// the parents of what they hold), is gone through as it is; a non-directory ancestor is
 /// refused (the container gets `ENOTDIR`).
 pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, LinkError> {
@@ -109,8 +109,8 @@ pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, Li
             _ => {}
         }
         let here = join(&done, &c);
-        let last = todo.iter().all(|t| t == ".");
-        if last {
+        // The last component is not followed; `path/.` makes it an ancestor, which is.
+        if todo.is_empty() {
             let node = lookup(&here);
             return Ok(Resolved {
                 path: here,
@@ -145,12 +145,14 @@ pub fn resolve(path: &str, lookup: impl Fn(&str) -> Node) -> Result<Resolved, Li
             }
         }
     }
-    // Only the root itself (or a path of `.` and `..`) gets here.
-    Ok(Resolved {
-        path: done.join("/"),
-        node: Node::Dir,
-        via,
-    })
+    // A path ending in `.` or `..` (or the root itself): what its directory holds.
+    let path = done.join("/");
+    let node = if path.is_empty() {
+        Node::Dir
+    } else {
+        lookup(&path)
+    };
+    Ok(Resolved { path, node, via })
 }
 
 /// What `layers` (top first) show at `path`: the top-most entry there that no layer above it

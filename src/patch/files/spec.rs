@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use crate::patch::error::{Error, ErrorKind};
-use crate::patch::meta::{at_line, toml_error};
+use crate::patch::meta::{absolute, at_line, toml_error};
 use crate::patch::source::Source;
 use crate::scan::MAX_KEPT_FILE;
 
@@ -63,28 +63,6 @@ pub struct Spec {
     pub delete: Vec<String>,
     /// The bytes of every source file, in order, for the definition digest.
     pub sources: Vec<Vec<u8>>,
-}
-
-/// An absolute path as a patch may name it: `/`, then components that are not empty, `.`,
-/// `..` or whiteout names; returned without the leading `/`.
-fn absolute(path: &str) -> Result<String, String> {
-    let Some(rest) = path.strip_prefix('/') else {
-        return Err(format!("{path:?} is not an absolute path"));
-    };
-    if rest.is_empty() || rest.ends_with('/') || path.contains('\0') {
-        return Err(format!("{path:?} does not name a file below /"));
-    }
-    for part in rest.split('/') {
-        if part.is_empty() || part == "." || part == ".." {
-            return Err(format!(
-                "{path:?} is not a normalized path (empty, `.` or `..` component)"
-            ));
-        }
-        if part.starts_with(".wh.") {
-            return Err(format!("{path:?} names a whiteout (.wh.)"));
-        }
-    }
-    Ok(rest.to_owned())
 }
 
 fn invalid(src: &Source<'_>, at: usize, message: &str) -> Error {
@@ -210,7 +188,7 @@ pub fn read(src: &Source<'_>) -> Result<Spec, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::absolute;
+    use crate::patch::meta::absolute;
 
     #[test]
     fn paths_must_be_absolute_and_normalized() {
