@@ -408,9 +408,31 @@ impl Descent {
         if !visible.is_empty() {
             self.hits.push((index, visible));
             // A walk for exact paths reads every layer: links anywhere below may lead elsewhere.
-            return self.paths.is_empty() && self.anchored(hits_needed);
+            return self.paths.is_empty() && self.anchored(hits_needed) && self.python_named();
         }
-        false
+        // Found above, but which Python the image runs was still unknown there.
+        self.paths.is_empty()
+            && !self.hits.is_empty()
+            && self.anchored(hits_needed)
+            && self.python_named()
+    }
+
+    /// Whether the Python version of every module found is known, from its path or the layers
+    /// read: a walk stopping without it could only hide bytecode of every version
+    /// (`patch::bytecode`).
+    fn python_named(&self) -> bool {
+        !self.pythons.is_empty()
+            || self
+                .hits
+                .iter()
+                .flat_map(|(_, v)| v)
+                .filter(|e| e.path.ends_with(".py"))
+                .all(|e| {
+                    e.path.split('/').any(|c| {
+                        c.strip_prefix("python3.")
+                            .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                })
     }
 
     /// Why no copy of the target is visible, for a refusal or a verify problem.

@@ -626,3 +626,40 @@ fn a_walk_for_exact_paths_keeps_what_resolution_needs() {
         "the interpreter probe runs on every scan"
     );
 }
+
+#[test]
+fn a_walk_stops_once_the_python_of_a_module_is_known() {
+    let target = vec!["probe/mod.py".to_owned()];
+    let want = Wanted {
+        targets: target.clone(),
+        ..Wanted::default()
+    };
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let layer = |entries: &[E<'_>], n: usize| {
+        let tar = tar_of(entries);
+        let desc = Descriptor {
+            media_type: crate::media::OCI_LAYER_TAR.into(),
+            digest: format!("sha256:{n}"),
+            size: tar.len() as u64,
+            urls: Vec::new(),
+        };
+        Arc::new(scan_layer(&tar[..], &desc, Compression::None, &want, &run).expect("scan"))
+    };
+    // The module's path names no version: the walk goes on to the layer that shows Python.
+    let mut d = Descent::new(&target, &target);
+    assert!(!d.push(3, layer(&[file("opt/app/probe/mod.py", b"X = 1\n")], 3), 1));
+    assert!(!d.push(2, layer(&[file("etc/hostname", b"x\n")], 2), 1));
+    assert!(d.push(1, layer(&[file("usr/bin/python3.11", b"\x7fELF")], 1), 1));
+    assert_eq!(
+        (
+            d.layers_scanned,
+            d.pythons.iter().copied().collect::<Vec<_>>()
+        ),
+        (3, vec![11])
+    );
+    // A path that names its version stops at the module's layer, as before.
+    let site = "usr/lib/python3.12/site-packages/probe/mod.py";
+    let mut d = Descent::new(&target, &target);
+    assert!(d.push(3, layer(&[file(site, b"X = 1\n")], 3), 1));
+    assert_eq!(d.layers_scanned, 1);
+}
