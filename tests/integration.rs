@@ -8,6 +8,8 @@ mod harness;
 mod apply;
 #[path = "it/durability.rs"]
 mod durability;
+#[path = "it/files.rs"]
+mod files;
 #[path = "it/hostile.rs"]
 mod hostile;
 #[path = "it/layout.rs"]

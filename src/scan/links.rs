@@ -14,8 +14,8 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::overlay::{hider_in, Descent, LayerScan, NodeKind};
-use super::types::FileEntry;
+use super::overlay::{hider_in, index_key, Descent, LayerScan, NodeKind};
+use super::types::{FileEntry, INDEX_ENTRY, ITEM_OVERHEAD};
 
 /// The most links one resolution follows (as Linux's `MAXSYMLINKS`).
 pub const MAX_LINKS: usize = 40;
@@ -175,6 +175,30 @@ pub fn node_in(layers: &[Arc<LayerScan>], path: &str) -> (Node, Option<usize>) {
         return (node, Some(i));
     }
     (Node::Absent, None)
+}
+
+impl LayerScan {
+    /// For a scan resolving exact paths: indexes a directory, or keeps a link's target (the
+    /// last entry at a path is what extraction leaves). Returns the bytes to charge to the
+    /// budgets and those given back.
+    pub(super) fn learn(&mut self, path: &str, dir: bool, link: Option<String>) -> (u64, u64) {
+        let key = index_key(path);
+        let freed = self
+            .links
+            .remove(&key)
+            .map_or(0, |old| old.len() as u64 + ITEM_OVERHEAD);
+        let take = if dir {
+            self.dirs.push(key);
+            INDEX_ENTRY
+        } else if let Some(to) = link {
+            let cost = to.len() as u64 + ITEM_OVERHEAD;
+            self.links.insert(key, to);
+            cost
+        } else {
+            0
+        };
+        (take, freed)
+    }
 }
 
 impl Descent {

@@ -250,8 +250,15 @@ pub(super) fn scan_tar<R: Read>(
         io::copy(&mut rest, &mut io::sink())?;
         return Ok(());
     }
-    // Within one layer, a non-directory entry at an ancestor of a copy of the target leaves
-    // that copy to the extraction order: refused like an upper one.
+    finish(wanted, scan, keeper);
+    Ok(())
+}
+
+/// The end of a layer's scan: a non-directory entry at an ancestor of a kept copy in the same
+/// layer refuses it (the copy is left to the extraction order, refused like an upper one); the
+/// index of a layer holding every target is dropped (a top-down scan stops there) unless the
+/// scan resolves exact paths, which needs every index.
+fn finish(wanted: &Wanted, scan: &mut LayerScan, keeper: &mut Keeper<'_>) {
     scan.non_dirs.sort_unstable();
     let inside = scan.targets.iter().find_map(|t| {
         ancestors(&t.path).find_map(|a| {
@@ -273,24 +280,21 @@ pub(super) fn scan_tar<R: Read>(
             ..Default::default()
         };
         keeper.give_back(keeper.kept);
-        return Ok(());
+        return;
     }
     scan.dirs.sort_unstable();
     scan.dirs.dedup();
-    // A scan for exact paths keeps every index: links and paths are resolved over all layers.
     let holds_all = !wanted.resolves_links()
         && wanted
             .targets
             .iter()
             .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
     if holds_all {
-        // A top-down scan stops at a layer holding every target: nothing below needs its index.
         keeper.give_back(scan.non_dirs.len() as u64 * INDEX_ENTRY);
         scan.non_dirs = Vec::new();
     } else {
         scan.non_dirs.shrink_to_fit();
     }
-    Ok(())
 }
 
 /// Why the entry loop stopped early.
@@ -422,7 +426,11 @@ pub(super) fn scan_entries<R: Read>(
                 .push(index_key(&path) | NodeKind::of(etype).code());
         }
         if wanted.resolves_links() {
-            learn_link(&entry, &path, etype, scan, keeper, &digest)?;
+            let link = (etype == tar::EntryType::Symlink).then(|| link_name(&entry));
+            let (take, freed) = scan.learn(&path, etype == tar::EntryType::Directory, link);
+            keeper.counts.links += 1;
+            keeper.give_back(freed);
+            keeper.take(take, &digest).map_err(Stop::Refused)?;
         }
         if wanted.is_target(&path) {
             keep_target(&mut entry, path, etype, scan, keeper, &digest)?;
@@ -445,35 +453,6 @@ pub(super) fn scan_entries<R: Read>(
         }
         io::copy(&mut entry, &mut io::sink())?;
     }
-}
-
-/// For a scan resolving exact paths: keeps a symbolic link's target, or indexes a directory.
-fn learn_link<R: Read>(
-    entry: &tar::Entry<R>,
-    path: &str,
-    etype: tar::EntryType,
-    scan: &mut LayerScan,
-    keeper: &mut Keeper<'_>,
-    digest: &str,
-) -> Result<(), Stop> {
-    // The last entry at a path is what extraction leaves.
-    let key = index_key(path);
-    if let Some(old) = scan.links.remove(&key) {
-        keeper.give_back(old.len() as u64 + ITEM_OVERHEAD);
-    }
-    if etype == tar::EntryType::Directory {
-        keeper.counts.indexed += 1;
-        keeper.take(INDEX_ENTRY, digest).map_err(Stop::Refused)?;
-        scan.dirs.push(key);
-    } else if etype == tar::EntryType::Symlink {
-        let to = link_name(entry);
-        keeper.counts.links += 1;
-        keeper
-            .take(to.len() as u64 + ITEM_OVERHEAD, digest)
-            .map_err(Stop::Refused)?;
-        scan.links.insert(key, to);
-    }
-    Ok(())
 }
 
 pub(super) fn link_name<R: Read>(entry: &tar::Entry<R>) -> String {

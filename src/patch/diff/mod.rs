@@ -395,7 +395,14 @@ impl PatchKind for DiffPatch {
 
     fn decide(&self, tree: &dyn Tree) -> Verdict {
         if let Some(dir) = &self.root {
-            return self.decide_in(tree, dir);
+            let label = match root::locate(tree, dir, &self.files) {
+                Ok(l) => l,
+                Err(v) => return *v,
+            };
+            return match self.apply_all(tree, &label, &|rel| root::real_path(tree, dir, rel)) {
+                Ok(a) => self.conclude(&label, a, String::new()),
+                Err(reason) => Verdict::refused(reason),
+            };
         }
         let root = match self.root(tree) {
             Ok(r) => r,

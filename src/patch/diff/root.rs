@@ -12,7 +12,6 @@ use crate::patch::verdict::Verdict;
 use crate::scan::Node;
 
 use super::unified::FileDiff;
-use super::DiffPatch;
 
 /// The `root` of a patch.toml, checked; `affected` needs a package, so it is refused with one.
 pub(super) fn read(
@@ -47,45 +46,51 @@ pub(super) fn writes(files: &[FileDiff]) -> Vec<String> {
         .collect()
 }
 
-impl DiffPatch {
-    /// The decision for a diff relative to the absolute directory `dir`.
-    pub(super) fn decide_in(&self, tree: &dyn Tree, dir: &str) -> Verdict {
-        let real = |rel: &str| -> Result<String, String> {
-            let spelled = join(dir, rel);
-            tree.resolve(&spelled)
-                .map(|r| r.path)
-                .map_err(|e| format!("/{spelled}: {e}"))
-        };
-        // `dir/.`: a link at the root itself is followed too, as `cd` follows it.
-        let root = match tree.resolve(&format!("{dir}/.")) {
-            Ok(r) => r,
-            Err(e) => return Verdict::refused(format!("/{dir}: {e}")),
-        };
-        let label = match root.via.last() {
-            Some((link, to)) => format!("{dir} (= /{} through /{link} -> {to})", root.path),
-            None => dir.to_owned(),
-        };
-        match root.node {
-            Node::Dir | Node::Absent => {}
-            Node::Link(to) => {
-                return Verdict::refused(format!("/{label} is a symbolic link to {to:?}"))
-            }
-            Node::Entry(k) => {
-                return Verdict::refused(format!("/{label} is {}, not a directory", k.describe()))
-            }
+/// The directory `dir` as the container resolves it (a link at it followed too, as `cd`
+/// follows it), as the run's messages name it; `Err` is the verdict that ends the decision: not
+/// affected when neither the directory nor any file the diff changes is there.
+pub(super) fn locate(
+    tree: &dyn Tree,
+    dir: &str,
+    files: &[FileDiff],
+) -> Result<String, Box<Verdict>> {
+    let root = tree
+        .resolve(&format!("{dir}/."))
+        .map_err(|e| Box::new(Verdict::refused(format!("/{dir}: {e}"))))?;
+    let label = match root.via.last() {
+        Some((link, to)) => format!("{dir} (= /{} through /{link} -> {to})", root.path),
+        None => dir.to_owned(),
+    };
+    match root.node {
+        Node::Dir | Node::Absent => {}
+        Node::Link(to) => {
+            return Err(Box::new(Verdict::refused(format!(
+                "/{label} is a symbolic link to {to:?}"
+            ))))
         }
-        let present = |f: &FileDiff| {
-            real(f.path())
-                .ok()
-                .and_then(|p| tree.file(&p).ok().flatten())
-                .is_some()
-        };
-        if root.node == Node::Absent && !self.files.iter().any(present) {
-            return Verdict::not_affected(format!("no /{dir} here"));
-        }
-        match self.apply_all(tree, &label, &real) {
-            Ok(a) => self.conclude(&label, a, String::new()),
-            Err(reason) => Verdict::refused(reason),
+        Node::Entry(k) => {
+            return Err(Box::new(Verdict::refused(format!(
+                "/{label} is {}, not a directory",
+                k.describe()
+            ))))
         }
     }
+    let present = |f: &FileDiff| {
+        real_path(tree, dir, f.path())
+            .ok()
+            .and_then(|p| tree.file(&p).ok().flatten())
+            .is_some()
+    };
+    if root.node == Node::Absent && !files.iter().any(present) {
+        return Err(Box::new(Verdict::not_affected(format!("no /{dir} here"))));
+    }
+    Ok(label)
+}
+
+/// The real path of the diff's file `rel` below `dir`, links on the way followed.
+pub(super) fn real_path(tree: &dyn Tree, dir: &str, rel: &str) -> Result<String, String> {
+    let spelled = join(dir, rel);
+    tree.resolve(&spelled)
+        .map(|r| r.path)
+        .map_err(|e| format!("/{spelled}: {e}"))
 }
