@@ -6,6 +6,8 @@ mod harness;
 
 #[path = "it/apply.rs"]
 mod apply;
+#[path = "it/containerd.rs"]
+mod containerd;
 #[path = "it/durability.rs"]
 mod durability;
 #[path = "it/files.rs"]

@@ -10,7 +10,7 @@ filesystem as a read-only directory.
             unreadable(root)   # entries `ls -l` shows as `c?????????`
 
     python3 -m tests.support.containerd check --registry ADDR --repository REPO --tag TAG \
-        [--path /abs/file ...]   # one JSON line per platform and snapshotter
+        [--path /abs/file ...] [--list /abs/dir ...]   # one JSON line per platform and snapshotter
 
 Needs root (overlay mounts) and the Debian package `containerd` (`containerd`, `ctr`). Facts it
 relies on (containerd 1.6): `ctr` flags go before positional arguments; a snapshot is read with
@@ -259,9 +259,18 @@ def resolve_inside(root, path, limit=40):
     return os.path.join(root, *done)
 
 
-def check(addr, repository, tag, paths=(), snapshotters=SNAPSHOTTERS):
-    """Pulls a tag with each snapshotter and reports, per platform, the files at PATHS and the
-    unreadable entries: [{"platform", "snapshotter", "files": {path: describe()}, "unreadable"}]."""
+def listing(root, path):
+    """The names in directory PATH of ROOT (links followed inside ROOT), or None."""
+    try:
+        return sorted(os.listdir(resolve_inside(root, path)))
+    except OSError:
+        return None
+
+
+def check(addr, repository, tag, paths=(), snapshotters=SNAPSHOTTERS, dirs=()):
+    """Pulls a tag with each snapshotter and reports, per platform, the files at PATHS, the
+    names in DIRS and the unreadable entries: [{"platform", "snapshotter", "files": {path:
+    describe()}, "lists": {dir: names}, "unreadable"}]."""
     configs = platform_configs(addr, repository, tag)
     ref = f"{addr}/{repository}:{tag}"
     out = []
@@ -272,6 +281,7 @@ def check(addr, repository, tag, paths=(), snapshotters=SNAPSHOTTERS):
                 with ctd.rootfs(addr, repository, tag, plat, snap) as root:
                     out.append({"platform": plat, "snapshotter": snap,
                                 "files": {p: describe(root, p) for p in paths},
+                                "lists": {d: listing(root, d) for d in dirs},
                                 "unreadable": unreadable(root)})
     return out
 
@@ -284,8 +294,9 @@ def main(argv=None):
     c.add_argument("--repository", default="gpustack/runner")
     c.add_argument("--tag", required=True)
     c.add_argument("--path", action="append", default=[], help="an absolute path to describe (repeatable)")
+    c.add_argument("--list", action="append", default=[], help="a directory whose names to list (repeatable)")
     a = p.parse_args(argv)
-    for row in check(a.registry, a.repository, a.tag, a.path):
+    for row in check(a.registry, a.repository, a.tag, a.path, dirs=a.list):
         print(json.dumps(row, sort_keys=True))
     return 0
 
