@@ -104,7 +104,7 @@ def tool(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
 def apply(addr: str, repo: str, tag: str, backend: str, patches, digest_map: Path,
           check: int | None = 0) -> dict:
     args = ["apply", "--backend", backend, "--repository", f"{addr}/{repo}", "--tag", tag,
-            "--manifest", str(digest_map), "--json", "--no-cache", "-q"]
+            "--digest-map", str(digest_map), "--json", "--no-cache", "-q"]
     for p in patches:
         args += ["--patch", str(p)]
     return json.loads(tool(*args, check=check).stdout)["images"][0]
