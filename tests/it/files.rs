@@ -222,25 +222,61 @@ fn contradicting_paths_stop_the_run_before_any_request() {
         run.stderr
     );
     assert_eq!(reg.log().len(), before, "no request reached the registry");
-    // The examples load as they are (those whose inputs the runner project keeps elsewhere
-    // name the missing file).
+    // The examples whose only inputs are written here load as they are; those whose inputs are
+    // the runner project's files (put in place by a maintainer, never kept here) refuse without
+    // them, in one line that names the missing file.
     let examples = root().join("examples/post-operations");
-    let listed = Tool::new("patches")
-        .cwd(work.path())
-        .patch(examples.join("20251103_mindie_refresh_entrypoint"))
-        .patch(examples.join("20251224_mindie_patch_atb_config"))
-        .patch(examples.join("20251215_cann_several_patches"))
-        .json()
-        .run();
+    let mut listed = Tool::new("patches").cwd(work.path()).json();
+    for name in [
+        "20251224_mindie_patch_atb_config",
+        "20260605_vllm_patch_dp_port",
+        "20260203_sglang_disable_cudnn_check",
+        "20251214_cuda_several_patches",
+        "20251215_cann_several_patches",
+    ] {
+        listed = listed.patch(examples.join(name));
+    }
+    let listed = listed.run();
     assert_eq!(listed.code, 0, "{}", listed.stderr);
-    let missing = Tool::new("patches")
-        .cwd(work.path())
-        .patch(examples.join("20251213_mindie_patch_minicpm_qwen2_v2/1-resampler"))
-        .run();
-    assert_eq!(missing.code, 2);
-    assert!(
-        missing.stderr.contains("resampler.py"),
-        "{}",
-        missing.stderr
-    );
+    for (name, input) in [
+        (
+            "20251201_vllm_patch_qwen2_5_vl",
+            "vllm_001_disable_flashatten_in_qwen2_5_vl.patch",
+        ),
+        ("20260129_vllm_patch_dp", "vllm_001_wrong_dp_ray.patch"),
+        (
+            "20251213_sglang_patch_server_args",
+            "sglang_001_fix_server_args.patch",
+        ),
+        ("20260214_sglang_patch_zimage", "001_patch_image.patch"),
+        ("20251103_mindie_refresh_entrypoint", "mindieservice_daemon"),
+        ("20251105_vllm_polish_nvidia_hpcx", "hpcx.conf"),
+        (
+            "20251213_mindie_patch_minicpm_qwen2_v2/1-resampler",
+            "resampler.py",
+        ),
+        (
+            "20251213_mindie_patch_minicpm_qwen2_v2/2-atb-models",
+            "minicpm_qwen2_v2.patch",
+        ),
+    ] {
+        // The patch.toml alone, so a maintainer's fetched copy does not change the answer.
+        let folder = work.path().join("examples").join(name);
+        std::fs::create_dir_all(&folder).expect("mkdir");
+        std::fs::copy(
+            examples.join(name).join("patch.toml"),
+            folder.join("patch.toml"),
+        )
+        .expect("copy patch.toml");
+        let missing = Tool::new("patches").cwd(work.path()).patch(&folder).run();
+        assert_eq!(missing.code, 2, "{name}: {}", missing.stderr);
+        let lines: Vec<&str> = missing.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{name}: {}", missing.stderr);
+        assert!(
+            lines[0].contains(&format!("{}/patch.toml:", folder.display()))
+                && lines[0].contains(&format!("{}/{input}: No such file", folder.display())),
+            "{name}: {}",
+            missing.stderr
+        );
+    }
 }

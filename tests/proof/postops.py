@@ -2,17 +2,19 @@
 runs and outside tools that judge what runner-patch makes of them (skopeo, umoci, GNU patch,
 sed, jq, containerd through tests.support.containerd).
 
-A file a diff changes is built from the diff itself (`shaped_like`): the lines the diff
-expects at the line numbers it names, filler lines between, so GNU `patch -p1 --fuzz=0` and
-runner-patch both apply it to the same bytes; the real release files are not downloaded.
+The operations' own files (diffs, scripts, lists) are the runner project's and are not kept in
+this repository: each test writes a stand-in of the same shape into a copy of the example
+folder, under the name its patch.toml gives. A diff is GNU diff's answer on a stand-in module
+(`module`, `gnu_diff`), so GNU `patch -p1 --fuzz=0` and runner-patch apply it to the same bytes;
+the real release files are not downloaded.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from imagekit.image import push
@@ -33,43 +35,50 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-# --- files shaped like the targets --------------------------------------------------------
+# --- stand-ins for the operations' files ------------------------------------------------------
 
-HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
-
-
-def old_lines(diff: str, rel: str) -> list[tuple[int, list[str]]]:
-    """(old start line, the old lines) of each hunk of file REL in a unified diff."""
-    out, current, in_file, left = [], None, False, 0
-    for line in diff.splitlines():
-        if line.startswith("--- "):
-            in_file = line[4:].split("\t")[0].strip() in (f"a/{rel}", rel)
-            continue
-        if line.startswith("+++ ") or not in_file:
-            continue
-        m = HUNK.match(line)
-        if m:
-            current = (int(m.group(1)), [])
-            left = int(m.group(2) or 1)
-            out.append(current)
-            continue
-        if current is None or left == 0:
-            continue
-        if line.startswith((" ", "-")) or line == "":
-            current[1].append(line[1:] if line else "")
-            left -= 1
-    return out
+def module(parts) -> tuple[bytes, bytes]:
+    """The original and the changed text of a stand-in module: PARTS in order, each a number of
+    filler lines (`# filler N`, numbered so no two lines of context are alike), text common to
+    both, or an (old, new) pair of texts for where the two differ."""
+    old, new, n = [], [], 0
+    for part in parts:
+        if isinstance(part, int):
+            for _ in range(part):
+                n += 1
+                old.append(f"# filler {n}\n")
+                new.append(f"# filler {n}\n")
+        elif isinstance(part, str):
+            old.append(part)
+            new.append(part)
+        else:
+            old.append(part[0])
+            new.append(part[1])
+    return "".join(old).encode(), "".join(new).encode()
 
 
-def shaped_like(diff_file: Path, rel: str, filler: str = "# filler") -> bytes:
-    """A file holding the lines DIFF_FILE expects of REL at the lines it names."""
-    lines: list[str] = []
-    for start, old in old_lines(diff_file.read_text(), rel):
-        while len(lines) < start - 1:
-            lines.append(f"{filler} {len(lines) + 1}")
-        lines.extend(old)
-    lines.append(f"{filler} end")
-    return ("\n".join(lines) + "\n").encode()
+def git_blob(data: bytes) -> str:
+    """The blob name git gives DATA (for a diff's `index` line)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def gnu_diff(old: bytes, new: bytes, rel: str, headings: str | None = None, index: bool = True) -> str:
+    """GNU `diff -u` of OLD and NEW as file REL with `a/` and `b/` labels under a `diff --git`
+    line (and an `index` line if INDEX), as `git diff` writes the operations' diffs; HEADINGS is
+    a `diff -F` regular expression for the text after each `@@`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp) / "a", Path(tmp) / "b"
+        a.write_bytes(old)
+        b.write_bytes(new)
+        cmd = ["diff", "-u", "--label", f"a/{rel}", "--label", f"b/{rel}"]
+        if headings:
+            cmd += ["-F", headings]
+        r = subprocess.run([*cmd, str(a), str(b)], capture_output=True, text=True)
+    assert r.returncode == 1, f"diff: exit {r.returncode} (1 means the files differ): {r.stderr}"
+    head = f"diff --git a/{rel} b/{rel}\n"
+    if index:
+        head += f"index {git_blob(old)[:9]}..{git_blob(new)[:9]} 100644\n"
+    return head + r.stdout
 
 
 # --- images ---------------------------------------------------------------------------------

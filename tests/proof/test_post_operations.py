@@ -2,7 +2,10 @@
 `examples/post-operations/`, applied by `runner-patch apply` to fixture images in a real registry
 shaped like their targets (the file at the path the operation names, the Python layout of the
 backend, symbolic links as in the image; every platform of a Docker list or an OCI index), and
-each proved against the tool the operation itself used:
+each proved against the tool the operation itself used. The operations' own files (diffs, the
+daemon script, the ld.so.conf.d list) belong to the runner project and are not in this
+repository: each test copies the example folder and writes a stand-in of the same shape there.
+The tools:
 
 - `patch -p1`: GNU patch run in the root on the original files gives the bytes the container
   sees in the patched image (umoci, and containerd with the native and overlayfs snapshotters);
@@ -71,27 +74,110 @@ def prove_cycle(addr, tag, backend, patches, work: Path, original: str, registry
 
 # --- patch -p1 in the package location --------------------------------------------------------
 
+# Stand-ins for the operations' diffs (the runner project's files: the example's README says how
+# a maintainer fetches them). Each is GNU diff's answer on a module written here, of the shape of
+# the operation's diff: the same file, hunks as many and as far into it, lines removed and added
+# so later hunks move, a `diff --git` header with or without `index`, headings after `@@` or none.
+QWEN2_5_VL = [
+    "import torch\nfrom torch import nn\n",
+    300,
+    "class Qwen2_5_VisionAttention(nn.Module):\n"
+    "    def __init__(self, attn_backend):\n"
+    "        super().__init__()\n",
+    40,
+    ('        self.use_flash_attn = attn_backend == "FLASH_ATTN"\n',
+     "        self.use_flash_attn = False  # stand-in: never the flash-attention ViT path\n"),
+    "        self.scale = 1.0\n",
+    300,
+    "class Qwen2_5_VisionTransformer(nn.Module):\n"
+    "    def __init__(self, attn_backend):\n",
+    30,
+    ('        self.flash = attn_backend in ("FLASH_ATTN", "ROCM_AITER_FA")\n',
+     "        self.flash = False  # stand-in\n"),
+    "        self.depth = 32\n",
+    20,
+]
+WRONG_DP_RAY = [
+    "import os\nimport socket\n",
+    140,
+    "def get_open_zmq_inproc_path() -> str:\n"
+    '    return f"inproc://{os.getpid()}"\n'
+    "\n",
+    ("", "\n_last_port = 0  # stand-in: ports handed out only increase\n\n"),
+    "\ndef get_open_port() -> int:\n",
+    10,
+    ("    port = _get_open_port(None)\n", "    port = _get_open_port(_last_port + 1)\n"),
+    "    return port\n",
+    8,
+    "def get_open_ports_list(count: int = 5) -> list[int]:\n",
+    5,
+    ("    ports = [get_open_port() for _ in range(count)]\n",
+     "    global _last_port\n"
+     "    ports = [get_open_port() for _ in range(count)]\n"
+     "    _last_port = max(ports)\n"),
+    "    return ports\n",
+    6,
+]
+SERVER_ARGS = [
+    "import dataclasses\nimport logging\n",
+    38,
+    ("import random\n", ""),
+    "import tempfile\n",
+    1330,
+    "    def _handle_attention_backend(self):\n"
+    "        major, minor = self.device_capability\n",
+    ("        if major >= 10:\n",
+     "        # stand-in: trtllm_mha only on SM100 and SM103\n"
+     "        if (major, minor) in ((10, 0), (10, 3)):\n"),
+    '            self.attention_backend = "trtllm_mha"\n',
+    14,
+    ('        logger.info("attention backend: %s", self.attention_backend)\n',
+     '        logger.info("attention backend %s on SM%d%d", self.attention_backend, major, minor)\n'),
+    12,
+]
+ZIMAGE = [
+    "from dataclasses import dataclass, field\n"
+    "\n"
+    "import torch\n",
+    2,
+    ("from ..models.encoders import Qwen2TextConfig\n"
+     "from ..models.encoders.qwen2 import qwen2_postprocess\n", ""),
+    "from ..models.encoders import Qwen3TextConfig\n",
+    30,
+    "@dataclass\n"
+    "class ZImagePipelineConfig(ImagePipelineConfig):\n",
+    4,
+    ("    text_encoder_configs: tuple = field(default_factory=lambda: (Qwen2TextConfig(),))\n",
+     "    text_encoder_configs: tuple = field(default_factory=lambda: (Qwen3TextConfig(),))\n"),
+    10,
+]
+PY_HEADINGS = r"^\(class\|def\|import\) "
+
 DIFFS = [
-    # (operation, diff file, file in the diff, backend, tag, site, python minor, index style)
+    # (operation, diff file its patch.toml names, file in the diff, stand-in, diff -F, index line,
+    #  backend, tag, site, python minor, index style)
     ("20251201_vllm_patch_qwen2_5_vl", "vllm_001_disable_flashatten_in_qwen2_5_vl.patch",
-     "vllm/model_executor/models/qwen2_5_vl.py", "cuda", "cuda12.8-vllm0.11.2", po.SITE312, 12, "docker"),
+     "vllm/model_executor/models/qwen2_5_vl.py", QWEN2_5_VL, PY_HEADINGS, True,
+     "cuda", "cuda12.8-vllm0.11.2", po.SITE312, 12, "docker"),
     ("20260129_vllm_patch_dp", "vllm_001_wrong_dp_ray.patch", "vllm/utils/network_utils.py",
-     "rocm", "rocm6.4-vllm0.13.0", po.SITE312, 12, "oci"),
+     WRONG_DP_RAY, PY_HEADINGS, True, "rocm", "rocm6.4-vllm0.13.0", po.SITE312, 12, "oci"),
     ("20251213_sglang_patch_server_args", "sglang_001_fix_server_args.patch", "sglang/srt/server_args.py",
-     "cuda", "cuda12.9-sglang0.5.6.post2", po.SITE312, 12, "docker"),
+     SERVER_ARGS, None, False, "cuda", "cuda12.9-sglang0.5.6.post2", po.SITE312, 12, "docker"),
     ("20260214_sglang_patch_zimage", "001_patch_image.patch",
-     "sglang/multimodal_gen/configs/pipeline_configs/zimage.py", "cann", "cann8.5-910b-sglang0.5.8.post1",
-     po.SITE311, 11, "oci"),
+     "sglang/multimodal_gen/configs/pipeline_configs/zimage.py", ZIMAGE, PY_HEADINGS, True,
+     "cann", "cann8.5-910b-sglang0.5.8.post1", po.SITE311, 11, "oci"),
 ]
 
 
-@pytest.mark.parametrize("op,diff,rel,backend,tag,site,minor,style", DIFFS, ids=[d[0] for d in DIFFS])
-def test_diff_in_the_package_location_equals_gnu_patch(registry, registry_dir, ctd, tmp_path, op, diff, rel, backend,
-                                                      tag, site, minor, style):
-    folder = po.EXAMPLES / op
+@pytest.mark.parametrize("op,diff,rel,parts,headings,index,backend,tag,site,minor,style", DIFFS,
+                         ids=[d[0] for d in DIFFS])
+def test_diff_in_the_package_location_equals_gnu_patch(registry, registry_dir, ctd, tmp_path, op, diff, rel, parts,
+                                                      headings, index, backend, tag, site, minor, style):
+    original_file, changed_file = po.module(parts)
+    folder = po.copy_example(op, tmp_path / op)
+    (folder / diff).write_text(po.gnu_diff(original_file, changed_file, rel, headings, index))
     pkg = rel.split("/")[0]
     version = tag.split(pkg, 1)[1]
-    original_file = po.shaped_like(folder / diff, rel)
     stem = rel.rsplit("/", 1)[1][:-3]
     pyc = f"{site}/{rel.rsplit('/', 1)[0]}/__pycache__/{stem}.cpython-3{minor}.pyc"
 
@@ -114,7 +200,8 @@ def test_diff_in_the_package_location_equals_gnu_patch(registry, registry_dir, c
     gnu = tmp_path / "gnu"
     po.write_tree(gnu, {rel: original_file})
     po.gnu_patch(gnu, folder / diff)
-    want = {"sha256": po.sha((gnu / rel).read_bytes()), "mode": 0o644}
+    assert (gnu / rel).read_bytes() == changed_file, "GNU patch did not give the stand-in's changed text"
+    want = {"sha256": po.sha(changed_file), "mode": 0o644}
     po.judge(ctd, registry, REPO, tag, {f"/{site}/{rel}": want, f"/{pyc}": None}, tmp=tmp_path)
     prove_cycle(registry, tag, backend, [folder], tmp_path, original, registry_dir)
 
@@ -290,6 +377,19 @@ def test_dp_port_equals_the_guarded_sed(registry, registry_dir, ctd, tmp_path, b
 
 MINDIE = "usr/local/Ascend/mindie"
 DAEMON = "mindie-service/bin/mindieservice_daemon"
+# Stand-in for the daemon script the operation rendered (the example's README says how a
+# maintainer renders it): a few lines of the same kind, the image's Python prefix written in.
+DAEMON_STANDIN = (b"#!/usr/bin/bash\n"
+                  b"# stand-in for the rendered mindieservice_daemon\n"
+                  b"export LD_LIBRARY_PATH=/usr/local/python3.11.13/lib:${LD_LIBRARY_PATH}\n"
+                  b'exec "$(dirname "${BASH_SOURCE[0]}")/mindieservice_daemon_" "$@"\n')
+
+
+def refresh_entrypoint(tmp: Path) -> Path:
+    """The example folder, copied, with the stand-in daemon under the name its patch.toml gives."""
+    folder = po.copy_example("20251103_mindie_refresh_entrypoint", tmp / "20251103_mindie_refresh_entrypoint")
+    (folder / "mindieservice_daemon").write_bytes(DAEMON_STANDIN)
+    return folder
 
 
 def mindie_layers(link: list[tuple[str, str]]):
@@ -315,15 +415,14 @@ LINKS = {
 
 @pytest.mark.parametrize("how", sorted(LINKS))
 def test_daemon_placed_through_the_latest_link(registry, registry_dir, ctd, tmp_path, how):
-    folder = po.EXAMPLES / "20251103_mindie_refresh_entrypoint"
+    folder = refresh_entrypoint(tmp_path)
     repo, tag = f"links-{how}/runner", "cann8.2-910b-mindie2.1.rc1"
     original = po.push_image(registry, repo, tag, mindie_layers(LINKS[how]), "oci")["digest"]
     record = po.apply(registry, repo, tag, "cann", [folder], tmp_path / "map.json")
     assert record["outcome"] == "patched", record
     assert f"/{MINDIE}/8.3.RC1/{DAEMON}" in record["platforms"][0]["reason"], record
-    new = (folder / "mindieservice_daemon").read_bytes()
     expect = {
-        f"/{MINDIE}/latest/{DAEMON}": {"sha256": po.sha(new), "mode": 0o755, "uid": 0, "gid": 0},
+        f"/{MINDIE}/latest/{DAEMON}": {"sha256": po.sha(DAEMON_STANDIN), "mode": 0o755, "uid": 0, "gid": 0},
         # The directory the link leads to keeps everything else: nothing shadowed it.
         f"/{MINDIE}/latest/{DAEMON}_": {"sha256": po.sha(b"\x7fELF daemon"), "mode": 0o550},
         f"/{MINDIE}/latest/mindie-service/conf/config.json": {"sha256": po.sha(b"{}\n"), "mode": 0o644},
@@ -339,7 +438,7 @@ def test_daemon_placed_through_the_latest_link(registry, registry_dir, ctd, tmp_
     ("loop", [(f"{MINDIE}/latest", "other"), (f"{MINDIE}/other", "latest")], "loops"),
 ])
 def test_links_leaving_the_root_or_looping_are_refused(registry, registry_dir, tmp_path, how, links, expect):
-    folder = po.EXAMPLES / "20251103_mindie_refresh_entrypoint"
+    folder = refresh_entrypoint(tmp_path)
     repo, tag = f"links-{how}/runner", "cann8.2-910b-mindie2.1.rc1"
     original = po.push_image(registry, repo, tag, mindie_layers(links), "oci")["digest"]
     before = storage(registry_dir)
@@ -350,8 +449,14 @@ def test_links_leaving_the_root_or_looping_are_refused(registry, registry_dir, t
     assert storage(registry_dir) == before, "a refused image pushed something"
 
 
+# Stand-in for the operation's list of HPC-X library directories (its README says how a
+# maintainer writes the real one).
+HPCX_STANDIN = b"/opt/hpcx/ompi/lib\n/opt/hpcx/ucx/lib\n"
+
+
 def test_hpcx_conf_placed(registry, registry_dir, ctd, tmp_path):
-    folder = po.EXAMPLES / "20251105_vllm_polish_nvidia_hpcx"
+    folder = po.copy_example("20251105_vllm_polish_nvidia_hpcx", tmp_path / "20251105_vllm_polish_nvidia_hpcx")
+    (folder / "hpcx.conf").write_bytes(HPCX_STANDIN)
     tag = "cuda12.8-vllm0.10.2"
 
     def layers(_p):
@@ -361,13 +466,8 @@ def test_hpcx_conf_placed(registry, registry_dir, ctd, tmp_path):
     original = po.push_image(registry, REPO, tag, layers, "docker")["digest"]
     record = po.apply(registry, REPO, tag, "cuda", [folder], tmp_path / "map.json")
     assert record["outcome"] == "patched", record
-    conf = (folder / "hpcx.conf").read_bytes()
-    # The operation's heredoc, as bash writes it.
-    by_bash = subprocess.run(["bash", "-c", "cat <<EOT\n" + conf.decode() + "EOT\n"], check=True,
-                             capture_output=True).stdout
-    assert by_bash == conf
     po.judge(ctd, registry, REPO, tag, {
-        "/etc/ld.so.conf.d/hpcx.conf": {"sha256": po.sha(conf), "mode": 0o644, "uid": 0, "gid": 0},
+        "/etc/ld.so.conf.d/hpcx.conf": {"sha256": po.sha(HPCX_STANDIN), "mode": 0o644, "uid": 0, "gid": 0},
         "/etc/ld.so.conf.d/libc.conf": {"sha256": po.sha(b"/usr/local/lib\n"), "mode": 0o644},
     }, tmp=tmp_path)
     prove_cycle(registry, tag, "cuda", [folder], tmp_path, original, registry_dir)
