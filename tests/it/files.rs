@@ -260,7 +260,7 @@ fn contradicting_paths_stop_the_run_before_any_request() {
             "minicpm_qwen2_v2.patch",
         ),
     ] {
-        // The patch.toml alone, so a maintainer's fetched copy does not change the answer.
+        // The patch.toml alone, so a maintainer's downloaded copy does not change the answer.
         let folder = work.path().join("examples").join(name);
         std::fs::create_dir_all(&folder).expect("mkdir");
         std::fs::copy(

@@ -75,7 +75,7 @@ def prove_cycle(addr, tag, backend, patches, work: Path, original: str, registry
 # --- patch -p1 in the package location --------------------------------------------------------
 
 # Stand-ins for the operations' diffs (the runner project's files: the example's README says how
-# a maintainer fetches them). Each is GNU diff's answer on a module written here, of the shape of
+# a maintainer downloads them). Each is GNU diff's answer on a module written here, of the shape of
 # the operation's diff: the same file, hunks as many and as far into it, lines removed and added
 # so later hunks move, a `diff --git` header with or without `index`, headings after `@@` or none.
 QWEN2_5_VL = [
