@@ -1,7 +1,14 @@
 //! A new layer from a patch's changes: each written file at its path with the header it was
 //! given (the original's owner and mode), and a `.wh.` entry for each hidden path. Built in memory (it is a few KiB) and made reproducible:
 //! sorted entries, fixed headers, a gzip header without time or name, one pinned deflate backend.
+//!
+//! A layer is refused before it is built when its changes contradict each other: a path
+//! written and hidden, written twice, or written below a path hidden or written as a file in
+//! the same layer. containerd's overlayfs snapshotter refuses to unpack a whiteout beside a file
+//! of the same name (`failed to convert whiteout file ...: file exists`) and its native
+//! snapshotter deletes the file, while umoci keeps it; no reading is safe, so none is written.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use flate2::{Compression, GzBuilder};
@@ -22,15 +29,83 @@ pub struct NewLayer {
     pub mtime: u64,
 }
 
+/// Why a layer was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerError {
+    /// The changes contradict each other (see the module's doc).
+    #[error("the layer would {0}; refusing to write a layer that runtimes unpack differently")]
+    Conflict(String),
+    /// A path that is not a clean path below the root.
+    #[error("the layer would hold the path {0:?}, which is not a normalized path below the root")]
+    BadPath(String),
+    #[error("building the layer: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Whether a path is relative, normalized and free of `.`, `..`, NUL and whiteout names.
+fn clean(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != ".." && !p.starts_with(".wh."))
+}
+
+/// Checks that no path is written and hidden, written twice, or written below a path this
+/// layer hides or writes as a file; returns the first contradiction.
+pub fn check_changes(changes: &[Change]) -> Result<(), LayerError> {
+    // path -> written (true) or hidden (false)
+    let mut seen: BTreeMap<&str, bool> = BTreeMap::new();
+    for c in changes {
+        let (path, writes) = match c {
+            Change::Write(e) => (e.path.as_str(), true),
+            Change::Whiteout(p) => (p.as_str(), false),
+        };
+        if !clean(path) {
+            return Err(LayerError::BadPath(path.to_owned()));
+        }
+        match (seen.insert(path, writes), writes) {
+            (Some(true), true) => return Err(LayerError::Conflict(format!("write /{path} twice"))),
+            (Some(false), false) | (None, _) => {}
+            (Some(_), _) => {
+                return Err(LayerError::Conflict(format!("both write and hide /{path}")))
+            }
+        }
+    }
+    for (path, writes) in &seen {
+        let mut up = *path;
+        while let Some((parent, _)) = up.rsplit_once('/') {
+            match seen.get(parent) {
+                Some(false) => {
+                    let what = if *writes { "write" } else { "hide" };
+                    return Err(LayerError::Conflict(format!(
+                        "{what} /{path} below /{parent}, which it hides"
+                    )));
+                }
+                Some(true) => {
+                    return Err(LayerError::Conflict(format!(
+                        "write /{parent} as a file and put /{path} below it"
+                    )))
+                }
+                None => {}
+            }
+            up = parent;
+        }
+    }
+    Ok(())
+}
+
 /// Builds the layer of one patch's changes: each written file with its own header (kept from
 /// the file it replaces), each hidden path as a `.wh.<name>` entry stamped `whiteout_mtime`.
 /// Entries are sorted by path, so whiteouts in `__pycache__/` come before the module itself
-/// and the same changes always give the same bytes.
+/// and the same changes always give the same bytes. Contradicting changes are refused
+/// ([`check_changes`]).
 pub fn build_changes(
     changes: &[Change],
     whiteout_mtime: u64,
     media_type: &str,
-) -> std::io::Result<NewLayer> {
+) -> Result<NewLayer, LayerError> {
+    check_changes(changes)?;
     let compressed = HashingWriter::new(Vec::new());
     let gz = GzBuilder::new()
         .mtime(0)
@@ -157,6 +232,79 @@ mod tests {
         assert_eq!(
             (names[1].1, names[1].2, names[1].3),
             (1000, 1_800_000_000, 0o644)
+        );
+    }
+
+    fn write(path: &str) -> Change {
+        Change::Write(FileEntry {
+            path: path.into(),
+            ..entry()
+        })
+    }
+
+    fn hide(path: &str) -> Change {
+        Change::Whiteout(path.into())
+    }
+
+    #[test]
+    fn contradicting_changes_are_refused_before_building() {
+        let refused = |changes: Vec<Change>, expect: &str| {
+            let e = build_changes(&changes, 0, crate::media::OCI_LAYER_GZIP)
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains(expect), "{e} should say {expect:?}");
+        };
+        refused(
+            vec![write("opt/a"), hide("opt/a")],
+            "both write and hide /opt/a",
+        );
+        refused(
+            vec![hide("opt/a"), write("opt/a")],
+            "both write and hide /opt/a",
+        );
+        refused(vec![write("opt/a"), write("opt/a")], "write /opt/a twice");
+        refused(
+            vec![hide("opt/d"), write("opt/d/x/f")],
+            "write /opt/d/x/f below /opt/d, which it hides",
+        );
+        refused(
+            vec![hide("opt/d"), hide("opt/d/__pycache__/m.pyc")],
+            "hide /opt/d/__pycache__/m.pyc below /opt/d",
+        );
+        refused(
+            vec![write("opt/f"), hide("opt/f/x")],
+            "write /opt/f as a file and put /opt/f/x below it",
+        );
+        refused(vec![write("/etc/x")], "not a normalized path");
+        refused(vec![write("etc/../x")], "not a normalized path");
+        refused(vec![hide("etc/.wh.x")], "not a normalized path");
+        // Siblings, the same whiteout twice, and a whiteout beside a written sibling are fine.
+        let ok = vec![
+            write("opt/d/m.py"),
+            hide("opt/d/__pycache__/m.cpython-312.pyc"),
+            hide("opt/d/__pycache__/m.cpython-312.pyc"),
+            hide("opt/other"),
+        ];
+        let layer = build_changes(&ok, 0, crate::media::OCI_LAYER_GZIP).expect("builds");
+        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&layer.bytes[..]));
+        let names: Vec<String> = ar
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                e.expect("entry")
+                    .path()
+                    .expect("path")
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "opt/.wh.other",
+                "opt/d/__pycache__/.wh.m.cpython-312.pyc",
+                "opt/d/m.py"
+            ]
         );
     }
 }

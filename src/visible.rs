@@ -73,11 +73,7 @@ impl Search {
     /// The union of what each patch reads ([`crate::patch::PatchKind::wanted`]), its anchors
     /// and the packages whose versions it tests.
     pub fn of<'p>(patches: impl IntoIterator<Item = &'p Patch>) -> Self {
-        let mut wanted = Wanted {
-            targets: Vec::new(),
-            companions: Vec::new(),
-            packages: Vec::new(),
-        };
+        let mut wanted = Wanted::default();
         let mut anchors = Vec::new();
         let add = |list: &mut Vec<String>, v: String| {
             if !list.contains(&v) {
@@ -91,6 +87,9 @@ impl Search {
             }
             for a in kind.anchors() {
                 add(&mut anchors, a);
+            }
+            for path in kind.paths() {
+                add(&mut wanted.paths, path);
             }
             if let Some(pkg) = &p.meta().package {
                 add(&mut wanted.packages, pkg.clone());
@@ -115,8 +114,8 @@ impl Layers {
         label: &str,
     ) -> Result<Descent, Error> {
         let wanted = &search.wanted;
-        let mut descent = Descent::new(&wanted.targets, &search.anchors);
-        if wanted.targets.is_empty() {
+        let mut descent = Descent::new(&wanted.targets, &search.anchors).with_paths(&wanted.paths);
+        if wanted.targets.is_empty() && wanted.paths.is_empty() {
             return Ok(descent);
         }
         for (index, desc) in layers.iter().enumerate().rev() {
@@ -134,7 +133,54 @@ impl Layers {
                 break;
             }
         }
+        self.read_through_links(reg, repo, layers, &mut descent, label)
+            .await?;
         Ok(descent)
+    }
+
+    /// The second read of a walk for exact paths: each file reached through a link, at a path
+    /// the walk did not keep, is read from the one layer holding its top-most copy
+    /// ([`Descent::to_read_again`]); nothing else is read again.
+    async fn read_through_links(
+        &self,
+        reg: &Registry,
+        repo: &Repo,
+        layers: &[Descriptor],
+        descent: &mut Descent,
+        label: &str,
+    ) -> Result<(), Error> {
+        let mut by_layer: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (index, path) in descent.to_read_again() {
+            by_layer.entry(index).or_default().push(path);
+        }
+        for (index, paths) in by_layer.into_iter().rev() {
+            let Some(desc) = layers.get(index) else {
+                continue;
+            };
+            let Some(compression) = layer_compression(&desc.media_type) else {
+                continue;
+            };
+            let wanted = Wanted {
+                resolved: paths.clone(),
+                ..Wanted::default()
+            };
+            let layer = self
+                .layer(reg, repo, desc, compression, &wanted, label)
+                .await?;
+            if let Some(why) = &layer.refusal {
+                descent.refuse(why.clone());
+                break;
+            }
+            let found: Vec<FileEntry> = layer
+                .targets
+                .iter()
+                .filter(|e| paths.contains(&e.path))
+                .cloned()
+                .collect();
+            descent.bytes_scanned += layer.compressed_bytes;
+            descent.add_resolved(index, &found);
+        }
+        Ok(())
     }
 
     /// One layer's scan, from this run's cache or read now.
@@ -262,6 +308,23 @@ impl<'a> Visible<'a> {
     pub fn current_config(&self) -> &Value {
         &self.config
     }
+
+    /// What is at `path` once the changes of the patches so far are laid over the layers.
+    fn node_now(&self, path: &str) -> scan::Node {
+        match self.changed.get(path) {
+            Some(Some(_)) => return scan::Node::Entry(scan::NodeKind::File),
+            Some(None) => return scan::Node::Absent,
+            None => {}
+        }
+        let mut up = path;
+        while let Some((parent, _)) = up.rsplit_once('/') {
+            if matches!(self.changed.get(parent), Some(None)) {
+                return scan::Node::Absent;
+            }
+            up = parent;
+        }
+        self.descent.node(path)
+    }
 }
 
 impl Tree for Visible<'_> {
@@ -295,10 +358,37 @@ impl Tree for Visible<'_> {
     }
 
     fn stale_bytecode(&self, path: &str) -> Vec<String> {
-        pycs_of(&self.descent.pycs, path)
+        let mut out: Vec<String> = pycs_of(&self.descent.pycs, path)
             .into_iter()
             .filter(|p| !self.changed.contains_key(p))
-            .collect()
+            .collect();
+        // Every layer read: its index tells every name that is there.
+        if self.descent.complete {
+            for c in crate::patch::bytecode::candidates(path) {
+                let file = matches!(self.descent.node(&c), scan::Node::Entry(_));
+                if file && !self.changed.contains_key(&c) && !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    fn resolve(&self, path: &str) -> Result<scan::Resolved, scan::LinkError> {
+        let over_descent = self.descent.resolve(path)?;
+        if self.changed.is_empty() {
+            return Ok(over_descent);
+        }
+        // What the patches before this one wrote or hid is laid over the layers.
+        scan::resolve(path, |p| self.node_now(p))
+    }
+
+    fn bytecode_below(&self) -> crate::patch::tree::Below {
+        if self.descent.complete {
+            crate::patch::tree::Below::Known
+        } else {
+            crate::patch::tree::Below::Unread(self.descent.pythons.iter().copied().collect())
+        }
     }
 
     fn package_version(&self, root: &str, package: &str) -> Option<String> {

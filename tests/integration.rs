@@ -6,8 +6,12 @@ mod harness;
 
 #[path = "it/apply.rs"]
 mod apply;
+#[path = "it/containerd.rs"]
+mod containerd;
 #[path = "it/durability.rs"]
 mod durability;
+#[path = "it/files.rs"]
+mod files;
 #[path = "it/hostile.rs"]
 mod hostile;
 #[path = "it/layout.rs"]

@@ -7,9 +7,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::patch::error::{Error, ErrorKind};
-use crate::patch::tree::{is_dist_metadata, version_py, Tree};
+use crate::patch::tree::{is_dist_metadata, version_py, Below, Tree};
 use crate::patch::verdict::Change;
-use crate::scan::{EntryKind, FileEntry};
+use crate::scan::{EntryKind, FileEntry, LinkError, Node, NodeKind, Resolved};
 
 /// Every path under a root, read once.
 pub struct DirTree {
@@ -135,10 +135,43 @@ impl Tree for DirTree {
     fn config(&self) -> Option<&serde_json::Value> {
         None
     }
+
+    fn resolve(&self, path: &str) -> Result<Resolved, LinkError> {
+        crate::scan::resolve(path, |p| self.node(p))
+    }
+
+    fn bytecode_below(&self) -> Below {
+        // The folder holds everything: the `.pyc` files it shows are all there are.
+        Below::Known
+    }
 }
 
-/// Writes changes into the tree at `root`: file contents (a replaced file keeps its mode, a
-/// created one gets the entry's mode, parents created), whiteouts as removals.
+impl DirTree {
+    /// What the folder holds at `path`, links not followed.
+    fn node(&self, path: &str) -> Node {
+        let abs = self.abs(path);
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            return Node::Absent;
+        };
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            Node::Dir
+        } else if ft.is_symlink() {
+            match std::fs::read_link(&abs) {
+                Ok(to) => Node::Link(to.to_string_lossy().into_owned()),
+                Err(_) => Node::Entry(NodeKind::Symlink),
+            }
+        } else if ft.is_file() {
+            Node::Entry(NodeKind::File)
+        } else {
+            Node::Entry(NodeKind::Other)
+        }
+    }
+}
+
+/// Writes changes into the tree at `root`: file contents with the entry's mode (and its owner,
+/// when it is not the file's already), parents created; whiteouts as removals (of a whole
+/// directory, too). Paths are real paths ([`Tree::resolve`]): no link is followed.
 pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), Error> {
     for c in changes {
         let abs = root.join(c.path());
@@ -148,22 +181,54 @@ pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), Error> {
                     std::fs::create_dir_all(parent)
                         .map_err(|err| io(format!("cannot create {}: {err}", parent.display())))?;
                 }
-                let existed = abs.exists();
                 std::fs::write(&abs, e.content.as_slice())
                     .map_err(|err| io(format!("cannot write {}: {err}", abs.display())))?;
-                if !existed {
-                    std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(e.mode))
-                        .map_err(|err| io(format!("cannot chmod {}: {err}", abs.display())))?;
+                std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(e.mode & 0o7777))
+                    .map_err(|err| io(format!("cannot chmod {}: {err}", abs.display())))?;
+                own(&abs, e)?;
+            }
+            Change::Whiteout(_) => {
+                let gone = match std::fs::symlink_metadata(&abs) {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&abs),
+                    Ok(_) => std::fs::remove_file(&abs),
+                    Err(err) => Err(err),
+                };
+                match gone {
+                    Ok(()) => {}
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(io(format!("cannot remove {}: {err}", abs.display()))),
                 }
             }
-            Change::Whiteout(_) => match std::fs::remove_file(&abs) {
-                Ok(()) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => return Err(io(format!("cannot remove {}: {err}", abs.display()))),
-            },
         }
     }
     Ok(())
+}
+
+/// Gives a written file the entry's owner when it has another one and this process may (a
+/// rootless unpack maps owners anyway; only root can give files away).
+fn own(abs: &Path, e: &FileEntry) -> Result<(), Error> {
+    let meta = std::fs::metadata(abs)
+        .map_err(|err| io(format!("cannot read {}: {err}", abs.display())))?;
+    if u64::from(meta.uid()) == e.uid && u64::from(meta.gid()) == e.gid {
+        return Ok(());
+    }
+    let ids = u32::try_from(e.uid).ok().zip(u32::try_from(e.gid).ok());
+    let Some((uid, gid)) = ids else {
+        return Err(io(format!(
+            "cannot give {} the owner {}:{}",
+            abs.display(),
+            e.uid,
+            e.gid
+        )));
+    };
+    match std::os::unix::fs::chown(abs, Some(uid), Some(gid)) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => Ok(()),
+        Err(err) => Err(io(format!(
+            "cannot give {} the owner {uid}:{gid}: {err}",
+            abs.display()
+        ))),
+    }
 }
 
 fn io(message: String) -> Error {

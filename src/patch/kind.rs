@@ -28,6 +28,11 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     fn meta(&self) -> &Meta;
     /// Path suffixes a scan must show for [`PatchKind::decide`] (files to patch, guards).
     fn wanted(&self) -> Vec<String>;
+    /// Exact paths (relative to `/`, as the patch names them) a scan must show: a scan for any
+    /// reads every layer and resolves links on the way (`scan::links`).
+    fn paths(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The suffixes whose top-most visible copies locate what the patch changes: a top-down
     /// scan may stop once it has seen them (guards and files a diff creates are not anchors).
     fn anchors(&self) -> Vec<String> {

@@ -31,6 +31,10 @@ pub const KINDS: &[KindEntry] = &[
         name: "env",
         load: crate::patch::env::load,
     },
+    KindEntry {
+        name: "files",
+        load: crate::patch::files::load,
+    },
 ];
 
 #[derive(Deserialize)]

@@ -184,6 +184,28 @@ fn check_id(origin: &str, text: &str, id: &toml::Spanned<String>) -> Result<(), 
     ))
 }
 
+/// An absolute path as a patch may name it (`/`, then components that are not empty, `.`,
+/// `..` or whiteout names), returned without its leading `/`; `Err` says what is wrong.
+pub fn absolute(path: &str) -> Result<String, String> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(format!("{path:?} is not an absolute path"));
+    };
+    if rest.is_empty() || rest.ends_with('/') || path.contains('\0') {
+        return Err(format!("{path:?} does not name a path below /"));
+    }
+    for part in rest.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err(format!(
+                "{path:?} is not a normalized path (empty, `.` or `..` component)"
+            ));
+        }
+        if part.starts_with(".wh.") {
+            return Err(format!("{path:?} names a whiteout (.wh.)"));
+        }
+    }
+    Ok(rest.to_owned())
+}
+
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::Invalid, message)
 }

@@ -8,7 +8,8 @@
 //! [`meta`], [`error`]; [`kind`] holds the interface, [`kinds`] the table of kinds and
 //! loading, [`catalogue`] the built-in patches and `--patch` resolution. Kinds: [`shapes`]
 //! (block find/replace, the built-in fix), [`diff`] (a unified diff relative to a Python
-//! package's root), [`env`] (the config's `Env`). [`dir`] is an unpacked folder as a tree.
+//! package's root, or to an absolute directory), [`env`] (the config's `Env`), [`files`] (whole
+//! files placed at absolute paths, paths deleted). [`dir`] is an unpacked folder as a tree.
 
 pub mod bytecode;
 pub mod catalogue;
@@ -16,6 +17,7 @@ pub mod diff;
 pub mod dir;
 pub mod env;
 pub mod error;
+pub mod files;
 pub mod kind;
 pub mod kinds;
 pub mod meta;

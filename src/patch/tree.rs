@@ -3,7 +3,17 @@
 //! which layer each copy came from. Paths are relative to `/`, without a leading slash.
 
 use crate::patch::error::Error;
-use crate::scan::FileEntry;
+use crate::scan::{FileEntry, LinkError, Node, Resolved};
+
+/// What a tree knows of compiled bytecode beyond the `.pyc` files it shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Below {
+    /// Everything was read: the visible `.pyc` names are all there are.
+    Known,
+    /// Some layers were not read: bytecode of these Python 3 minor versions (the interpreters
+    /// the layers read name; none known: every version `patch::bytecode` covers) may lie there.
+    Unread(Vec<u32>),
+}
 
 /// The files and config an image shows.
 pub trait Tree {
@@ -21,6 +31,23 @@ pub trait Tree {
     /// Why no copy of `suffix` is visible (a tree that knows what hides one says so).
     fn explain_missing(&self, suffix: &str) -> String {
         format!("no visible **/{suffix}")
+    }
+    /// `path` (relative to `/`) as the container resolves it: symbolic links at its ancestors
+    /// followed inside the image (`scan::links`). A tree that knows no links has none.
+    fn resolve(&self, path: &str) -> Result<Resolved, LinkError> {
+        let node = match self.file(path) {
+            Ok(Some(_)) => Node::Entry(crate::scan::NodeKind::File),
+            _ => Node::Absent,
+        };
+        Ok(Resolved {
+            path: path.to_owned(),
+            node,
+            via: Vec::new(),
+        })
+    }
+    /// Whether layers the tree did not read may hold bytecode (`patch::bytecode`).
+    fn bytecode_below(&self) -> Below {
+        Below::Unread(Vec::new())
     }
 }
 

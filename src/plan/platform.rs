@@ -256,8 +256,13 @@ impl Stack {
         if let Some(first) = step.files.first() {
             self.file.get_or_insert_with(|| first.path.clone());
         }
-        if !verdict.changes.is_empty() {
-            self.append_layer(patch, &verdict.changes, original)?;
+        let changes = if verdict.changes.is_empty() {
+            Vec::new()
+        } else {
+            bytecode::with_whiteouts(&verdict.changes, tree)
+        };
+        if !changes.is_empty() {
+            self.append_layer(patch, &changes, original)?;
             step.layer = Some(self.layers.len() - 1);
         }
         if let Some(c) = verdict.config {
@@ -273,11 +278,11 @@ impl Stack {
         // The next patch decides on what this one left (its config included).
         let now: Value = serde_json::from_slice(&self.config)
             .map_err(|e| Error::Build(format!("the new config is not JSON: {e}")))?;
-        tree.apply(&verdict.changes, Some(&now));
+        tree.apply(&changes, Some(&now));
         Ok(())
     }
 
-    /// Builds the layer of one patch's changes (with bytecode whiteouts) and appends it to
+    /// Builds the layer of one patch's changes (bytecode whiteouts added) and appends it to
     /// the config and manifest being stacked.
     fn append_layer(
         &mut self,
@@ -287,12 +292,10 @@ impl Stack {
     ) -> Result<(), Error> {
         let meta = patch.meta();
         let what = format!("{}@{}", original.repo, original.manifest.digest);
-        let new_layer = layer::build_changes(
-            &bytecode::with_whiteouts(changes),
-            meta.mtime_secs,
-            original.family.layer_gzip(),
-        )
-        .map_err(|e| Error::Build(format!("building the layer of {} for {what}: {e}", meta.id)))?;
+        let new_layer =
+            layer::build_changes(changes, meta.mtime_secs, original.family.layer_gzip()).map_err(
+                |e| Error::Build(format!("building the layer of {} for {what}: {e}", meta.id)),
+            )?;
         let base_layers = original.layers.len() + self.layers.len();
         self.config = rewrite::config_append(
             &self.config,

@@ -4,12 +4,14 @@
 //! few small files it is asked for, within a budget per layer and per run; every layer is read
 //! to its end so that its digest and size are checked before anything found in it is trusted.
 
+mod links;
 mod overlay;
 mod read;
 #[cfg(test)]
 mod tests;
 mod types;
 
+pub use links::{node_in, resolve, LinkError, Node, Resolved, MAX_LINKS};
 pub use overlay::{Descent, Hidden, HiddenBy, LayerScan, NodeKind, Overlay};
 pub use read::{decompress, scan_layer, ScanError};
 pub use types::*;

@@ -54,7 +54,7 @@ impl NodeKind {
         }
     }
 
-    pub(super) fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             NodeKind::File => "a regular file",
             NodeKind::Symlink => "a symbolic link",
@@ -94,6 +94,15 @@ pub struct LayerScan {
     /// Sorted [`index_key`]s (with kinds) of every non-directory entry; empty for a layer holding
     /// the target, where a top-down scan stops.
     pub(super) non_dirs: Vec<u64>,
+    /// The target of every symbolic link, by its path's [`index_key`] (kept only by a scan for
+    /// exact paths, which resolves them: `scan::links`).
+    pub links: BTreeMap<u64, String>,
+    /// Sorted [`index_key`]s of every directory entry (kept with `links`): an upper directory
+    /// replaces a lower link.
+    pub dirs: Vec<u64>,
+    /// The Python 3 minor versions this layer's paths name (`lib/python3.N/`, `bin/python3.N`):
+    /// which interpreters the image can run, for bytecode names (`patch::bytecode`).
+    pub pythons: BTreeSet<u32>,
     /// Why this layer cannot be used (an unsafe path, a budget exceeded); then nothing else in
     /// it is kept.
     pub refusal: Option<String>,
@@ -112,6 +121,16 @@ impl LayerScan {
     /// [`Self::index_keys`] gives them.
     pub fn set_index_keys(&mut self, keys: Vec<u64>) {
         self.non_dirs = keys;
+    }
+
+    /// The target of the symbolic link this layer holds at `path`, if it kept links.
+    pub fn link(&self, path: &str) -> Option<&str> {
+        self.links.get(&index_key(path)).map(String::as_str)
+    }
+
+    /// Whether this layer holds a directory entry at `path` (known when it kept links).
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.dirs.binary_search(&index_key(path)).is_ok()
     }
 
     /// The kind of the non-directory entry this layer holds at `path`, if any.
@@ -186,28 +205,7 @@ impl Overlay {
     /// opaque ancestor, or a non-directory ancestor (symlink, file, link, device), which hides
     /// the lower tree in overlayfs and replaces it in umoci and containerd.
     pub fn hider(&self, path: &str) -> Option<Hidden> {
-        for layer in &self.upper {
-            let hidden = |at: &str, by| Hidden {
-                at: at.to_owned(),
-                by,
-                layer: layer.digest.clone(),
-            };
-            if layer.whiteouts.contains(path) {
-                return Some(hidden(path, HiddenBy::Whiteout));
-            }
-            for a in ancestors(path) {
-                if layer.whiteouts.contains(a) {
-                    return Some(hidden(a, HiddenBy::Whiteout));
-                }
-                if layer.opaques.contains(a) {
-                    return Some(hidden(a, HiddenBy::Opaque));
-                }
-                if let Some(k) = layer.non_dir(a) {
-                    return Some(hidden(a, HiddenBy::NonDir(k)));
-                }
-            }
-        }
-        None
+        hider_in(&self.upper, path)
     }
 
     /// True when an upper layer hides this path.
@@ -219,6 +217,37 @@ impl Overlay {
     pub fn absorb(&mut self, layer: Arc<LayerScan>) {
         self.upper.push(layer);
     }
+
+    /// The layers laid so far, top first.
+    pub fn layers(&self) -> &[Arc<LayerScan>] {
+        &self.upper
+    }
+}
+
+/// The top-most entry of `upper` (layers, top first) hiding `path`: see [`Overlay::hider`].
+pub(super) fn hider_in(upper: &[Arc<LayerScan>], path: &str) -> Option<Hidden> {
+    for layer in upper {
+        let hidden = |at: &str, by| Hidden {
+            at: at.to_owned(),
+            by,
+            layer: layer.digest.clone(),
+        };
+        if layer.whiteouts.contains(path) {
+            return Some(hidden(path, HiddenBy::Whiteout));
+        }
+        for a in ancestors(path) {
+            if layer.whiteouts.contains(a) {
+                return Some(hidden(a, HiddenBy::Whiteout));
+            }
+            if layer.opaques.contains(a) {
+                return Some(hidden(a, HiddenBy::Opaque));
+            }
+            if let Some(k) = layer.non_dir(a) {
+                return Some(hidden(a, HiddenBy::NonDir(k)));
+            }
+        }
+    }
+    None
 }
 
 /// A top-down walk over an image's layers with overlay semantics: feed it layer scans from the
@@ -226,9 +255,18 @@ impl Overlay {
 /// registry; the reading itself is the caller's.
 #[derive(Debug, Default)]
 pub struct Descent {
-    overlay: Overlay,
+    pub(super) overlay: Overlay,
     /// The wanted suffixes (empty: every target is one class, as for a single target).
     targets: Vec<String>,
+    /// The exact paths wanted: a walk with any reads every layer, and a copy of one hidden by
+    /// a link at an ancestor is left to link resolution (`scan::links`), not refused.
+    pub(super) paths: Vec<String>,
+    /// The manifest index of each layer laid, top first (as the overlay holds them).
+    pub(super) read: Vec<usize>,
+    /// Every layer down to the bottom was read: what the indexes say is all there is.
+    pub complete: bool,
+    /// The Python 3 minor versions the layers read name.
+    pub pythons: BTreeSet<u32>,
     /// The suffixes whose top-most visible copies end the walk (empty: any target does).
     anchors: Vec<String>,
     /// (index in the manifest, the visible target entries of that layer), top-most first.
@@ -256,6 +294,12 @@ impl Descent {
             anchors: anchors.to_vec(),
             ..Default::default()
         }
+    }
+
+    /// The same walk, also looking for these exact paths (it then reads every layer).
+    pub fn with_paths(mut self, paths: &[String]) -> Self {
+        self.paths = paths.to_vec();
+        self
     }
 
     /// The wanted suffix a path answers to (for a walk with no list: all one class).
@@ -327,8 +371,11 @@ impl Descent {
         }
         let mut visible = Vec::new();
         for t in &layer.targets {
+            let exact = self.class_of(&t.path).is_none() && self.paths.contains(&t.path);
             match self.overlay.hider(&t.path) {
                 None => visible.push(t.clone()),
+                // What the container sees there instead is for link resolution to say.
+                Some(_) if exact => {}
                 Some(h) if !self.seen_above(&t.path) => {
                     if let HiddenBy::NonDir(_) = h.by {
                         self.refusal = Some(format!(
@@ -354,12 +401,38 @@ impl Descent {
                 self.files.insert(p.clone(), c.clone());
             }
         }
+        self.pythons.extend(&layer.pythons);
         self.overlay.absorb(layer);
+        self.read.push(index);
+        self.complete = index == 0;
         if !visible.is_empty() {
             self.hits.push((index, visible));
-            return self.anchored(hits_needed);
+            // A walk for exact paths reads every layer: links anywhere below may lead elsewhere.
+            return self.paths.is_empty() && self.anchored(hits_needed) && self.python_named();
         }
-        false
+        // Found above, but which Python the image runs was still unknown there.
+        self.paths.is_empty()
+            && !self.hits.is_empty()
+            && self.anchored(hits_needed)
+            && self.python_named()
+    }
+
+    /// Whether the Python version of every module found is known, from its path or the layers
+    /// read: a walk stopping without it could only hide bytecode of every version
+    /// (`patch::bytecode`).
+    fn python_named(&self) -> bool {
+        !self.pythons.is_empty()
+            || self
+                .hits
+                .iter()
+                .flat_map(|(_, v)| v)
+                .filter(|e| e.path.ends_with(".py"))
+                .all(|e| {
+                    e.path.split('/').any(|c| {
+                        c.strip_prefix("python3.")
+                            .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                })
     }
 
     /// Why no copy of the target is visible, for a refusal or a verify problem.

@@ -148,6 +148,7 @@ pub(super) struct Counts {
     pycs: u64,
     whiteouts: u64,
     indexed: u64,
+    links: u64,
 }
 
 /// Counts the bytes a layer scan keeps against the per-layer cap and the run's budget.
@@ -188,14 +189,15 @@ impl Keeper<'_> {
     fn what(&self) -> String {
         let c = &self.counts;
         format!(
-            "{} kept so far: {} cop{} of the target, {} version or guard file(s), {} .pyc path(s), {} whiteout(s), {} non-directory path(s) indexed",
+            "{} kept so far: {} cop{} of the target, {} version or guard file(s), {} .pyc path(s), {} whiteout(s), {} path(s) indexed, {} link target(s)",
             mib(self.kept),
             c.targets,
             if c.targets == 1 { "y" } else { "ies" },
             c.files,
             c.pycs,
             c.whiteouts,
-            c.indexed
+            c.indexed,
+            c.links
         )
     }
 }
@@ -248,8 +250,15 @@ pub(super) fn scan_tar<R: Read>(
         io::copy(&mut rest, &mut io::sink())?;
         return Ok(());
     }
-    // Within one layer, a non-directory entry at an ancestor of a copy of the target leaves
-    // that copy to the extraction order: refused like an upper one.
+    finish(wanted, scan, keeper);
+    Ok(())
+}
+
+/// The end of a layer's scan: a non-directory entry at an ancestor of a kept copy in the same
+/// layer refuses it (the copy is left to the extraction order, refused like an upper one); the
+/// index of a layer holding every target is dropped (a top-down scan stops there) unless the
+/// scan resolves exact paths, which needs every index.
+fn finish(wanted: &Wanted, scan: &mut LayerScan, keeper: &mut Keeper<'_>) {
     scan.non_dirs.sort_unstable();
     let inside = scan.targets.iter().find_map(|t| {
         ancestors(&t.path).find_map(|a| {
@@ -271,20 +280,21 @@ pub(super) fn scan_tar<R: Read>(
             ..Default::default()
         };
         keeper.give_back(keeper.kept);
-        return Ok(());
+        return;
     }
-    let holds_all = wanted
-        .targets
-        .iter()
-        .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
+    scan.dirs.sort_unstable();
+    scan.dirs.dedup();
+    let holds_all = !wanted.resolves_links()
+        && wanted
+            .targets
+            .iter()
+            .all(|w| scan.targets.iter().any(|t| has_suffix(&t.path, w)));
     if holds_all {
-        // A top-down scan stops at a layer holding every target: nothing below needs its index.
         keeper.give_back(scan.non_dirs.len() as u64 * INDEX_ENTRY);
         scan.non_dirs = Vec::new();
     } else {
         scan.non_dirs.shrink_to_fit();
     }
-    Ok(())
 }
 
 /// Why the entry loop stopped early.
@@ -406,11 +416,21 @@ pub(super) fn scan_entries<R: Read>(
             io::copy(&mut entry, &mut io::sink())?;
             continue;
         }
+        if let Some(minor) = interpreter_minor(&path) {
+            scan.pythons.insert(minor);
+        }
         if etype != tar::EntryType::Directory {
             keeper.counts.indexed += 1;
             keeper.take(INDEX_ENTRY, &digest).map_err(Stop::Refused)?;
             scan.non_dirs
                 .push(index_key(&path) | NodeKind::of(etype).code());
+        }
+        if wanted.resolves_links() {
+            let link = (etype == tar::EntryType::Symlink).then(|| link_name(&entry));
+            let (take, freed) = scan.learn(&path, etype == tar::EntryType::Directory, link);
+            keeper.counts.links += 1;
+            keeper.give_back(freed);
+            keeper.take(take, &digest).map_err(Stop::Refused)?;
         }
         if wanted.is_target(&path) {
             keep_target(&mut entry, path, etype, scan, keeper, &digest)?;

@@ -11,6 +11,7 @@ fn wanted() -> Wanted {
         targets: vec![T.into()],
         companions: vec!["vllm_ascend/x.py".into()],
         packages: vec!["vllm".into()],
+        ..Wanted::default()
     }
 }
 
@@ -438,4 +439,227 @@ fn versions_from_metadata_and_version_py() {
         version_from_file("w/vllm/_version.py", b"version_tuple: tuple = (0, 1)\n"),
         None
     );
+}
+
+/// A walk for exact `paths` over layers given top first (each a list of entries).
+fn walk(paths: &[&str], layers: &[Vec<E<'_>>]) -> Descent {
+    let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+    let want = Wanted {
+        paths: paths.clone(),
+        ..Wanted::default()
+    };
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let mut d = Descent::new(&[], &[]).with_paths(&paths);
+    let n = layers.len();
+    for (i, entries) in layers.iter().enumerate() {
+        let tar = tar_of(entries);
+        let desc = Descriptor {
+            media_type: crate::media::OCI_LAYER_TAR.into(),
+            digest: format!("sha256:l{}", n - 1 - i),
+            size: tar.len() as u64,
+            urls: Vec::new(),
+        };
+        let s = scan_layer(&tar[..], &desc, Compression::None, &want, &run).expect("scan");
+        assert!(
+            !d.push(n - 1 - i, Arc::new(s), 1),
+            "a walk for paths never stops early"
+        );
+    }
+    assert!(d.complete);
+    d
+}
+
+const ASCEND: &str = "usr/local/Ascend/mindie";
+const DAEMON: &str = "mindie-service/bin/mindieservice_daemon";
+
+fn mindie(link: &'static str) -> Vec<Vec<E<'static>>> {
+    vec![
+        vec![symlink(&format!("{ASCEND}/latest"), link)],
+        vec![
+            dir(ASCEND),
+            dir(&format!("{ASCEND}/8.3.RC1")),
+            file(&format!("{ASCEND}/8.3.RC1/{DAEMON}"), b"#!/bin/sh\n"),
+        ],
+    ]
+}
+
+#[test]
+fn links_at_ancestors_are_followed_inside_the_image() {
+    let spelled = format!("{ASCEND}/latest/{DAEMON}");
+    let real = format!("{ASCEND}/8.3.RC1/{DAEMON}");
+    for link in [
+        "8.3.RC1",
+        "/usr/local/Ascend/mindie/8.3.RC1",
+        "./../mindie/8.3.RC1/",
+    ] {
+        let d = walk(&[&spelled], &mindie(link));
+        let r = d.resolve(&spelled).expect("resolves");
+        assert_eq!(r.path, real, "{link}");
+        assert_eq!(r.node, Node::Entry(NodeKind::File));
+        assert_eq!(r.via, [(format!("{ASCEND}/latest"), link.to_owned())]);
+        // The file lies in the lower layer, which no scan kept: read it again from there.
+        assert_eq!(d.to_read_again(), [(0, real.clone())]);
+    }
+    // A chain of two: latest -> current -> 8.3.RC1.
+    let mut layers = mindie("current");
+    layers[0].push(symlink(&format!("{ASCEND}/current"), "8.3.RC1"));
+    let d = walk(&[&spelled], &layers);
+    let r = d.resolve(&spelled).expect("chain");
+    assert_eq!((r.path.as_str(), r.via.len()), (real.as_str(), 2));
+    // A file to be created there resolves the same way (nothing is at its path yet).
+    let new = format!("{ASCEND}/latest/mindie-service/bin/new.sh");
+    let r = d.resolve(&new).expect("new");
+    assert_eq!(
+        r.path,
+        format!("{ASCEND}/8.3.RC1/mindie-service/bin/new.sh")
+    );
+    assert_eq!(r.node, Node::Absent);
+}
+
+#[test]
+fn links_leaving_the_root_or_looping_are_refused() {
+    let spelled = format!("{ASCEND}/latest/{DAEMON}");
+    let d = walk(&[&spelled], &mindie("../../../../../opt/x"));
+    let e = d
+        .resolve(&spelled)
+        .expect_err("leaves the root")
+        .to_string();
+    assert_eq!(
+        e,
+        format!("the symbolic link /{ASCEND}/latest -> ../../../../../opt/x leads out of the image root")
+    );
+    let mut layers = mindie("other");
+    layers[0].push(symlink(&format!("{ASCEND}/other"), "latest"));
+    let d = walk(&[&spelled], &layers);
+    let e = d.resolve(&spelled).expect_err("loop").to_string();
+    assert!(e.contains("loops"), "{e}");
+    assert!(
+        d.to_read_again().is_empty(),
+        "nothing to read for a refused path"
+    );
+    // A file where a directory is needed.
+    let d = walk(
+        &["etc/hosts/x"],
+        &[vec![file("etc/hosts", b"127.0.0.1 localhost\n")]],
+    );
+    let e = d.resolve("etc/hosts/x").expect_err("not a dir").to_string();
+    assert_eq!(
+        e,
+        "/etc/hosts is a regular file where a directory is needed"
+    );
+}
+
+#[test]
+fn an_upper_directory_replaces_a_lower_link_and_whiteouts_hide_it() {
+    let spelled = format!("{ASCEND}/latest/{DAEMON}");
+    // An upper layer made `latest` a real directory holding its own daemon.
+    let mut layers = mindie("8.3.RC1");
+    layers.insert(
+        0,
+        vec![
+            dir(&format!("{ASCEND}/latest")),
+            file(&spelled, b"#!/bin/sh\necho upper\n"),
+        ],
+    );
+    let d = walk(&[&spelled], &layers);
+    let r = d.resolve(&spelled).expect("dir");
+    assert_eq!((r.path.as_str(), r.via.len()), (spelled.as_str(), 0));
+    assert!(d.to_read_again().is_empty());
+    assert_eq!(
+        d.hits.len(),
+        1,
+        "the kept copy in the upper layer is what is seen"
+    );
+    // The same upper file without a directory entry: runtimes disagree, so it is refused.
+    let mut layers = mindie("8.3.RC1");
+    layers.insert(0, vec![file(&spelled, b"#!/bin/sh\necho upper\n")]);
+    let d = walk(&[&spelled], &layers);
+    let e = d
+        .resolve(&spelled)
+        .expect_err("written through")
+        .to_string();
+    assert!(
+        e.contains("lies below /usr/local/Ascend/mindie/latest, a symbolic link in a lower layer"),
+        "{e}"
+    );
+    // A whiteout of the link above it: the path is not there any more.
+    let mut layers = mindie("8.3.RC1");
+    layers.insert(0, vec![file(&format!("{ASCEND}/.wh.latest"), b"")]);
+    let d = walk(&[&spelled], &layers);
+    let r = d.resolve(&spelled).expect("resolves");
+    assert_eq!(
+        (r.path.as_str(), &r.node),
+        (spelled.as_str(), &Node::Absent)
+    );
+}
+
+#[test]
+fn a_walk_for_exact_paths_keeps_what_resolution_needs() {
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let tar = tar_of(&[
+        dir("usr/lib/python3.11"),
+        symlink("usr/bin/python3", "python3.11"),
+        file("usr/bin/python3.11", b"\x7fELF"),
+        file("opt/app/conf.json", b"{}"),
+    ]);
+    let desc = Descriptor {
+        media_type: crate::media::OCI_LAYER_TAR.into(),
+        digest: "sha256:a".into(),
+        size: tar.len() as u64,
+        urls: Vec::new(),
+    };
+    let exact = Wanted {
+        paths: vec!["opt/app/conf.json".into()],
+        ..Wanted::default()
+    };
+    let s = scan_layer(&tar[..], &desc, Compression::None, &exact, &run).expect("scan");
+    assert_eq!(s.targets.len(), 1, "the exact path is kept");
+    assert_eq!(s.link("usr/bin/python3"), Some("python3.11"));
+    assert!(s.is_dir("usr/lib/python3.11"));
+    assert_eq!(s.pythons.iter().copied().collect::<Vec<_>>(), [11]);
+    // A scan by suffix only keeps no links or directories (nothing to resolve).
+    let s = scan_layer(&tar[..], &desc, Compression::None, &wanted(), &run).expect("scan");
+    assert!(s.links.is_empty() && s.dirs.is_empty());
+    assert_eq!(
+        s.pythons.len(),
+        1,
+        "the interpreter probe runs on every scan"
+    );
+}
+
+#[test]
+fn a_walk_stops_once_the_python_of_a_module_is_known() {
+    let target = vec!["probe/mod.py".to_owned()];
+    let want = Wanted {
+        targets: target.clone(),
+        ..Wanted::default()
+    };
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let layer = |entries: &[E<'_>], n: usize| {
+        let tar = tar_of(entries);
+        let desc = Descriptor {
+            media_type: crate::media::OCI_LAYER_TAR.into(),
+            digest: format!("sha256:{n}"),
+            size: tar.len() as u64,
+            urls: Vec::new(),
+        };
+        Arc::new(scan_layer(&tar[..], &desc, Compression::None, &want, &run).expect("scan"))
+    };
+    // The module's path names no version: the walk goes on to the layer that shows Python.
+    let mut d = Descent::new(&target, &target);
+    assert!(!d.push(3, layer(&[file("opt/app/probe/mod.py", b"X = 1\n")], 3), 1));
+    assert!(!d.push(2, layer(&[file("etc/hostname", b"x\n")], 2), 1));
+    assert!(d.push(1, layer(&[file("usr/bin/python3.11", b"\x7fELF")], 1), 1));
+    assert_eq!(
+        (
+            d.layers_scanned,
+            d.pythons.iter().copied().collect::<Vec<_>>()
+        ),
+        (3, vec![11])
+    );
+    // A path that names its version stops at the module's layer, as before.
+    let site = "usr/lib/python3.12/site-packages/probe/mod.py";
+    let mut d = Descent::new(&target, &target);
+    assert!(d.push(3, layer(&[file(site, b"X = 1\n")], 3), 1));
+    assert_eq!(d.layers_scanned, 1);
 }

@@ -19,8 +19,8 @@ pub(super) const ITEM_OVERHEAD: u64 = 64;
 /// Each indexed non-directory entry costs one `u64`.
 pub(super) const INDEX_ENTRY: u64 = 8;
 
-/// What to look for, as path suffixes matched on whole components.
-#[derive(Debug, Clone)]
+/// What to look for: path suffixes matched on whole components, and exact paths.
+#[derive(Debug, Clone, Default)]
 pub struct Wanted {
     /// Files whose entries (header and content) are kept, e.g.
     /// `vllm/distributed/.../multi_connector.py`: the files patches read or write, guards and
@@ -31,6 +31,14 @@ pub struct Wanted {
     /// Distribution names whose version files are collected (`<pkg>-*.dist-info/METADATA`,
     /// `<pkg>/_version.py`).
     pub packages: Vec<String>,
+    /// Exact paths (normalized, relative to `/`) whose entries are kept, as a patch names them:
+    /// symbolic links on the way may lead elsewhere, so a scan with any also keeps every link's
+    /// target and indexes directories, for the path to be resolved as the container does
+    /// (`scan::links`).
+    pub paths: Vec<String>,
+    /// Exact paths whose entries are kept and nothing more: the second read of a layer that
+    /// holds a file found through a link.
+    pub resolved: Vec<String>,
 }
 
 /// The kind of a tar entry found at a wanted path.
@@ -147,6 +155,24 @@ pub fn unsafe_path(raw: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// The Python 3 minor version a path shows installed (`.../lib/python3.12/...`,
+/// `.../bin/python3.11`): a component `python3.N` right below `lib`, `lib64` or `bin`.
+pub fn interpreter_minor(path: &str) -> Option<u32> {
+    let mut parent = "";
+    for part in path.split('/') {
+        if matches!(parent, "lib" | "lib64" | "bin") {
+            if let Some(m) = part
+                .strip_prefix("python3.")
+                .filter(|m| !m.is_empty() && m.len() <= 3 && m.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return m.parse().ok();
+            }
+        }
+        parent = part;
+    }
+    None
+}
+
 /// True when `path` ends with `suffix` on a component boundary.
 pub fn has_suffix(path: &str, suffix: &str) -> bool {
     path == suffix
@@ -165,14 +191,24 @@ impl Wanted {
     pub fn single(target: &str, package: &str) -> Self {
         Wanted {
             targets: vec![target.to_owned()],
-            companions: Vec::new(),
             packages: vec![package.to_owned()],
+            ..Wanted::default()
         }
     }
 
-    /// Whether `path` is one of the wanted files.
+    /// Whether `path` is one of the wanted files (by suffix or exactly).
     pub fn is_target(&self, path: &str) -> bool {
-        self.targets.iter().any(|t| has_suffix(path, t))
+        self.targets.iter().any(|t| has_suffix(path, t)) || self.is_exact(path)
+    }
+
+    /// Whether `path` is one of the exact paths wanted.
+    pub fn is_exact(&self, path: &str) -> bool {
+        self.paths.iter().chain(&self.resolved).any(|p| p == path)
+    }
+
+    /// Whether the scan learns links and directories, to resolve exact paths.
+    pub fn resolves_links(&self) -> bool {
+        !self.paths.is_empty()
     }
 
     /// Compiled bytecode of a wanted Python module (`<dir>/__pycache__/<stem>.*.pyc`).

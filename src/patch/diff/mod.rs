@@ -1,13 +1,15 @@
 //! The `diff` kind: a unified diff (git or GNU format, several files) applied relative to the
 //! root of a Python package found in the image: the directory that holds `<package>/`
 //! (`.../dist-packages`, `.../site-packages`, an editable checkout), found from what the image
-//! shows, not guessed from one layout. Every file must apply (patched) or every file must
-//! reverse-apply (already patched); anything else is refused, so a half-applied diff is never
-//! completed by guessing.
+//! shows, not guessed from one layout; or relative to an absolute directory (`root`, as `patch
+//! -p1` run there takes it, symbolic links followed as the container does: `root.rs`). Every
+//! file must apply (patched) or every file must reverse-apply (already patched); anything else
+//! is refused, so a half-applied diff is never completed by guessing.
 
 use serde::Deserialize;
 use serde_json::json;
 
+mod root;
 pub mod unified;
 
 use crate::patch::error::{Error, ErrorKind};
@@ -31,8 +33,9 @@ struct DiffToml {
     services: Vec<String>,
     #[serde(default)]
     backends: Vec<String>,
-    package: toml::Spanned<String>,
-    affected: Option<crate::version::VersionRange>,
+    package: Option<toml::Spanned<String>>,
+    root: Option<toml::Spanned<String>>,
+    affected: Option<toml::Spanned<crate::version::VersionRange>>,
     diff: toml::Spanned<String>,
     mtime: Option<String>,
 }
@@ -41,7 +44,10 @@ struct DiffToml {
 #[derive(Debug, Clone)]
 pub struct DiffPatch {
     pub meta: Meta,
+    /// The package whose root the diff is relative to (empty with `root`).
     pub package: String,
+    /// The absolute directory the diff is relative to instead (without its leading `/`).
+    pub root: Option<String>,
     /// The diff file's name in the patch folder.
     pub diff_name: String,
     pub files: Vec<FileDiff>,
@@ -106,7 +112,26 @@ impl DiffPatch {
         let (text, origin) = (src.text, src.origin);
         let t: DiffToml = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
         let mut meta = meta::read(src, "diff")?;
-        let package = package_name(src, &t.package)?;
+        let (package, root) = match (&t.package, &t.root) {
+            (Some(p), None) => (package_name(src, p)?, None),
+            (None, Some(r)) => (String::new(), Some(root::read(src, r, t.affected.as_ref())?)),
+            (Some(p), Some(_)) => {
+                return Err(at_line(
+                    origin,
+                    text,
+                    p.span().start,
+                    "a diff is relative to a package or to a root directory, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(at_line(
+                    origin,
+                    text,
+                    0,
+                    "a diff needs `package` (the Python package its paths start in) or `root` (the absolute directory they are relative to)",
+                ))
+            }
+        };
         let (diff_name, bytes) = read_diff(src, &t.diff)?;
         let path = src.folder.map(|f| f.join(&diff_name)).unwrap_or_default();
         let files = unified::parse(&bytes).map_err(|e| {
@@ -115,7 +140,7 @@ impl DiffPatch {
                 format!("{}:{}: {}", path.display(), e.line, e.message),
             )
         })?;
-        for f in &files {
+        for f in files.iter().filter(|_| root.is_none()) {
             if !f.path().starts_with(&format!("{package}/")) {
                 return Err(Error::new(ErrorKind::Invalid, format!(
                     "{}:{}: {} is not under {package}/ (paths are relative to the directory that holds the package)",
@@ -125,11 +150,14 @@ impl DiffPatch {
                 )));
             }
         }
-        meta.package = Some(package.clone());
+        if root.is_none() {
+            meta.package = Some(package.clone());
+        }
         meta.definition_digest = src.definition_digest(&[&bytes]);
         Ok(DiffPatch {
             meta,
             package,
+            root,
             diff_name,
             files,
         })
@@ -225,7 +253,7 @@ fn decide_file(fd: &FileDiff, current: Option<&[u8]>) -> Result<Step, String> {
             )),
         },
         (None, false, true) => Ok(Step::Already),
-        (None, false, false) => Err(format!("{path} does not exist under the package root")),
+        (None, false, false) => Err(format!("{path} does not exist under the root")),
         (Some(cur), false, deletes) => match unified::apply(cur, fd) {
             Ok((new, placed)) => {
                 if deletes && !new.is_empty() {
@@ -295,11 +323,17 @@ impl DiffPatch {
         }
     }
 
-    /// Applies every file of the diff under `root`; `Err` names the first that cannot apply.
-    fn apply_all(&self, tree: &dyn Tree, root: &str) -> Result<Applied, String> {
+    /// Applies every file of the diff under `root`, each at the real path `real` gives for its
+    /// path in the diff; `Err` names the first that cannot apply.
+    fn apply_all(
+        &self,
+        tree: &dyn Tree,
+        root: &str,
+        real: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<Applied, String> {
         let mut out = Applied::default();
         for fd in &self.files {
-            let path = join(root, fd.path());
+            let path = real(fd.path())?;
             let entry = regular_or_absent(tree, &path)?;
             let step = decide_file(fd, entry.as_ref().map(|e| e.content.as_slice()))
                 .map_err(|reason| format!("/{root}: {reason}"))?;
@@ -330,16 +364,46 @@ impl PatchKind for DiffPatch {
     }
 
     fn anchors(&self) -> Vec<String> {
-        vec![self.anchor()]
+        match self.root {
+            Some(_) => Vec::new(),
+            None => vec![self.anchor()],
+        }
     }
 
     fn wanted(&self) -> Vec<String> {
+        if self.root.is_some() {
+            return Vec::new();
+        }
         let mut w: Vec<String> = self.files.iter().map(|f| f.path().to_owned()).collect();
         w.push(format!("{}/__init__.py", self.package));
         w
     }
 
+    fn paths(&self) -> Vec<String> {
+        match &self.root {
+            Some(dir) => self.files.iter().map(|f| join(dir, f.path())).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn writes(&self) -> Vec<String> {
+        match self.root {
+            Some(_) => root::writes(&self.files),
+            None => self.wanted(),
+        }
+    }
+
     fn decide(&self, tree: &dyn Tree) -> Verdict {
+        if let Some(dir) = &self.root {
+            let label = match root::locate(tree, dir, &self.files) {
+                Ok(l) => l,
+                Err(v) => return *v,
+            };
+            return match self.apply_all(tree, &label, &|rel| root::real_path(tree, dir, rel)) {
+                Ok(a) => self.conclude(&label, a, String::new()),
+                Err(reason) => Verdict::refused(reason),
+            };
+        }
         let root = match self.root(tree) {
             Ok(r) => r,
             Err(v) => return *v,
@@ -348,10 +412,37 @@ impl PatchKind for DiffPatch {
         if let Err(v) = self.in_range(&root, version.as_ref()) {
             return *v;
         }
-        let mut a = match self.apply_all(tree, &root) {
+        let a = match self.apply_all(tree, &root, &|rel| Ok(join(&root, rel))) {
             Ok(a) => a,
             Err(reason) => return Verdict::refused(reason),
         };
+        let about = version.map(|v| format!(" ({} {v})", self.package));
+        self.conclude(&root, a, about.unwrap_or_default())
+    }
+
+    fn describe(&self) -> Description {
+        let files: Vec<&str> = self.files.iter().map(|f| f.path()).collect();
+        let mut fields = json!({"diff": self.diff_name, "files": files});
+        let mut lines = vec![("kind", format!("diff ({})", self.diff_name))];
+        match &self.root {
+            Some(dir) => {
+                fields["root"] = json!(format!("/{dir}"));
+                lines.push(("root", format!("/{dir}")));
+            }
+            None => lines.push(("affected", self.meta.affected_text())),
+        }
+        lines.push(("files", files.join(", ")));
+        Description {
+            fields: fields.as_object().cloned().unwrap_or_default(),
+            lines,
+        }
+    }
+}
+
+impl DiffPatch {
+    /// The verdict once every file was tried under `root`: all applied, all already there, or
+    /// refused as partly applied.
+    fn conclude(&self, root: &str, mut a: Applied, about: String) -> Verdict {
         match (a.applied.is_empty(), a.already.is_empty()) {
             (false, false) => Verdict::refused(format!(
                 "/{root}: partly applied: {} would apply but {} already carry the change; refusing to complete it by guessing",
@@ -365,29 +456,10 @@ impl PatchKind for DiffPatch {
             (false, true) => {
                 a.notes.insert(
                     0,
-                    format!(
-                        "/{root}: {} file(s) patched{}",
-                        a.applied.len(),
-                        version
-                            .map(|v| format!(" ({} {v})", self.package))
-                            .unwrap_or_default()
-                    ),
+                    format!("/{root}: {} file(s) patched{about}", a.applied.len()),
                 );
                 Verdict::patched(a.changes, None, a.notes)
             }
-        }
-    }
-
-    fn describe(&self) -> Description {
-        let files: Vec<&str> = self.files.iter().map(|f| f.path()).collect();
-        let fields = json!({"diff": self.diff_name, "files": files});
-        Description {
-            fields: fields.as_object().cloned().unwrap_or_default(),
-            lines: vec![
-                ("kind", format!("diff ({})", self.diff_name)),
-                ("affected", self.meta.affected_text()),
-                ("files", files.join(", ")),
-            ],
         }
     }
 }

@@ -21,6 +21,7 @@ fn patch(affected: Option<&str>) -> DiffPatch {
             definition_digest: String::new(),
         },
         package: "pkg".into(),
+        root: None,
         diff_name: "fix.patch".into(),
         files: unified::parse(DIFF.as_bytes()).expect("parses"),
     }
@@ -131,4 +132,94 @@ fn root_is_found_and_version_range_applies() {
     );
     old.1 = Some("1.2.0".into());
     assert_eq!(patch(Some(">=1.0")).decide(&old).outcome, Outcome::Patched);
+}
+
+/// A diff relative to an absolute directory, on a folder where that directory is reached
+/// through a link: written at the real path, as GNU `patch -p1` run there writes it.
+#[test]
+fn a_diff_with_a_root_follows_links_to_the_real_directory() {
+    use std::os::unix::fs::symlink;
+    let work = tempfile::tempdir().expect("tmp");
+    let root = work.path().join("rootfs");
+    let real = root.join("usr/local/Ascend/atb-models-2.2/atb_llm/conf");
+    std::fs::create_dir_all(&real).expect("mkdir");
+    std::fs::write(real.join("config.json"), "{\n  \"ep_level\": 2\n}\n").expect("write");
+    symlink("atb-models-2.2", root.join("usr/local/Ascend/atb-models")).expect("link");
+    let folder = work.path().join("p");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    std::fs::write(
+        folder.join("patch.toml"),
+        "id = \"atb\"\nkind = \"diff\"\ntitle = \"t\"\nroot = \"/usr/local/Ascend/atb-models\"\ndiff = \"fix.patch\"\n",
+    )
+    .expect("write");
+    std::fs::write(
+        folder.join("fix.patch"),
+        "--- a/atb_llm/conf/config.json\n+++ b/atb_llm/conf/config.json\n@@ -2 +2 @@\n-  \"ep_level\": 2\n+  \"ep_level\": 1\n",
+    )
+    .expect("write");
+    let p = crate::patch::load_folder(&folder).expect("loads");
+    assert_eq!(
+        p.kind().paths(),
+        ["usr/local/Ascend/atb-models/atb_llm/conf/config.json"]
+    );
+    assert!(p.kind().wanted().is_empty());
+    let tree = crate::patch::dir::DirTree::open(&root).expect("tree");
+    let v = p.decide(&tree);
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    assert_eq!(
+        v.changes[0].path(),
+        "usr/local/Ascend/atb-models-2.2/atb_llm/conf/config.json"
+    );
+    assert!(
+        v.reason
+            .contains("through /usr/local/Ascend/atb-models -> atb-models-2.2"),
+        "{}",
+        v.reason
+    );
+    crate::patch::dir::write_changes(&root, &v.changes).expect("write");
+    let again = p.decide(&crate::patch::dir::DirTree::open(&root).expect("tree"));
+    assert_eq!(again.outcome, Outcome::AlreadyPatched, "{}", again.reason);
+    // No such directory and no such file: not affected.
+    let empty = work.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let v = p.decide(&crate::patch::dir::DirTree::open(&empty).expect("tree"));
+    assert_eq!(v.outcome, Outcome::NotAffected, "{}", v.reason);
+    // The directory without the file: refused, naming it.
+    std::fs::create_dir_all(empty.join("usr/local/Ascend/atb-models")).expect("mkdir");
+    let v = p.decide(&crate::patch::dir::DirTree::open(&empty).expect("tree"));
+    assert_eq!(v.outcome, Outcome::Refused);
+    assert!(
+        v.reason
+            .contains("atb_llm/conf/config.json does not exist under the root"),
+        "{}",
+        v.reason
+    );
+}
+
+#[test]
+fn package_and_root_are_exclusive_and_affected_needs_a_package() {
+    let load = |toml: &str| {
+        crate::patch::load(toml, "p/patch.toml", None)
+            .expect_err("refused")
+            .to_string()
+    };
+    let e = load("id = \"a\"\nkind = \"diff\"\ntitle = \"t\"\npackage = \"vllm\"\nroot = \"/opt\"\ndiff = \"f\"\n");
+    assert!(
+        e.starts_with(
+            "p/patch.toml:4: a diff is relative to a package or to a root directory, not both"
+        ),
+        "{e}"
+    );
+    let e = load("id = \"a\"\nkind = \"diff\"\ntitle = \"t\"\nroot = \"/opt\"\naffected = \">=1\"\ndiff = \"f\"\n");
+    assert!(
+        e.starts_with("p/patch.toml:5: affected tests the version of a package"),
+        "{e}"
+    );
+    let e = load("id = \"a\"\nkind = \"diff\"\ntitle = \"t\"\nroot = \"opt\"\ndiff = \"f\"\n");
+    assert!(
+        e.starts_with("p/patch.toml:4: root: \"opt\" is not an absolute path"),
+        "{e}"
+    );
+    let e = load("id = \"a\"\nkind = \"diff\"\ntitle = \"t\"\ndiff = \"f\"\n");
+    assert!(e.contains("a diff needs `package`"), "{e}");
 }

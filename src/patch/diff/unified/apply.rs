@@ -124,7 +124,9 @@ fn place(src: &[(Vec<u8>, bool)], h: &Hunk, done: usize, carry: isize) -> Option
             && (trail >= lead || pos + old.len() == src.len())
     };
     let guess = nominal as isize + carry;
-    let span = src.len() as isize + 1;
+    // Far enough to reach both ends of the file, even from a line past its end (GNU patch
+    // finds a hunk whose header names line 46 at line 13 of a 24-line file).
+    let span = (src.len() as isize).max(guess.abs()) + 1;
     for d in 0..=span {
         let tries: &[isize] = if d == 0 { &[0] } else { &[d, -d] };
         for &t in tries {

@@ -157,3 +157,13 @@ fn bad_diffs_name_their_line() {
         assert!(e.message.contains(needle), "{text:?}: {e}");
     }
 }
+
+#[test]
+fn a_header_line_past_the_end_of_the_file_is_searched_back_to_its_start() {
+    let diff = b"--- a/c.json\n+++ b/c.json\n@@ -46,3 +46,3 @@\n x\n-y\n+Y\n z\n";
+    let fd = &parse(diff).expect("parses")[0];
+    let file = b"a\nb\nx\ny\nz\nc\n";
+    let (out, placed) = apply(file, fd).expect("found near the start, as GNU patch finds it");
+    assert_eq!(out, b"a\nb\nx\nY\nz\nc\n");
+    assert_eq!(placed[0].offset, -43);
+}

@@ -99,13 +99,21 @@ pub fn wanted_key(wanted: &Wanted) -> String {
         v.dedup();
         v.join(",")
     };
-    format!(
+    let mut key = format!(
         "tool={}\ntargets={}\npackages={}\ncompanions={}",
         crate::VERSION,
         sorted(&wanted.targets),
         sorted(&wanted.packages),
         sorted(&wanted.companions)
-    )
+    );
+    // Exact paths are named only when there are some, so the keys of other scans stay as they were.
+    if !wanted.paths.is_empty() {
+        key.push_str(&format!("\npaths={}", sorted(&wanted.paths)));
+    }
+    if !wanted.resolved.is_empty() {
+        key.push_str(&format!("\nresolved={}", sorted(&wanted.resolved)));
+    }
+    key
 }
 
 /// The biggest entry written or read: real ones are a few KiB (a few MiB for a layer with very
@@ -257,6 +265,9 @@ fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerSc
             "whiteouts": scan.whiteouts,
             "opaques": scan.opaques,
             "index": scan.index_keys(),
+            "links": scan.links.iter().map(|(k, t)| json!([k, t])).collect::<Vec<_>>(),
+            "dirs": scan.dirs,
+            "pythons": scan.pythons,
             "refusal": scan.refusal,
             "kept": scan.kept,
             "compressed_bytes": scan.compressed_bytes,
@@ -349,6 +360,21 @@ fn targets_of(s: &Value) -> Result<Vec<FileEntry>, String> {
     Ok(targets)
 }
 
+/// A sorted list of numbers (an index of hashed paths); absent: empty.
+fn sorted_keys(x: &Value, what: &str) -> Result<Vec<u64>, String> {
+    let keys: Vec<u64> = x
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|k| num(k, what))
+        .collect::<Result<_, _>>()?;
+    keys.windows(2)
+        .all(|w| w[0] <= w[1])
+        .then_some(keys)
+        .ok_or_else(|| bad(what))
+}
+
 /// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
 fn decode(
     bytes: &[u8],
@@ -371,15 +397,7 @@ fn decode(
     if kept > MAX_CACHED_KEPT {
         return Err(bad("kept"));
     }
-    let index: Vec<u64> = s["index"]
-        .as_array()
-        .ok_or_else(|| bad("index"))?
-        .iter()
-        .map(|k| k.as_u64().ok_or_else(|| bad("index")))
-        .collect::<Result<_, _>>()?;
-    if !index.windows(2).all(|w| w[0] <= w[1]) {
-        return Err(bad("index"));
-    }
+    let index = sorted_keys(&s["index"], "index")?;
     let refusal = match &s["refusal"] {
         Value::Null => None,
         r => Some(text(r, "refusal")?),
@@ -392,6 +410,20 @@ fn decode(
     scan.whiteouts = strings(&s["whiteouts"], "whiteouts")?.into_iter().collect();
     scan.opaques = strings(&s["opaques"], "opaques")?.into_iter().collect();
     scan.set_index_keys(index);
+    // What a scan for exact paths keeps to resolve links (scan::links).
+    for pair in s["links"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        scan.links
+            .insert(num(&pair[0], "links")?, text(&pair[1], "links")?);
+    }
+    scan.dirs = sorted_keys(&s["dirs"], "dirs")?;
+    for m in s["pythons"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        scan.pythons
+            .insert(u32::try_from(num(m, "pythons")?).map_err(|_| bad("pythons"))?);
+    }
     scan.refusal = refusal;
     scan.kept = kept;
     scan.compressed_bytes = compressed_bytes;
@@ -399,90 +431,4 @@ fn decode(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn desc() -> Descriptor {
-        Descriptor::from_json(
-            &json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": format!("sha256:{}", "ab".repeat(32)), "size": 1234}),
-            "test",
-        )
-        .expect("descriptor")
-    }
-
-    fn wanted(target: &str) -> Wanted {
-        Wanted {
-            targets: vec![target.into()],
-            companions: vec!["b.py".into(), "a.py".into()],
-            packages: vec!["vllm".into()],
-        }
-    }
-
-    fn scan() -> LayerScan {
-        let mut s = LayerScan::default();
-        s.digest = desc().digest;
-        s.targets = vec![FileEntry {
-            path: "usr/lib/vllm/x.py".into(),
-            kind: EntryKind::Regular,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            uname: Some("root".into()),
-            gname: None,
-            mtime: 1_700_000_000,
-            content: Arc::new(b"assert x\n\xff".to_vec()),
-        }];
-        s.pycs = ["usr/lib/vllm/__pycache__/x.cpython-312.pyc".to_owned()].into();
-        s.files = [(
-            "usr/lib/vllm-0.27.1.dist-info/METADATA".to_owned(),
-            Arc::new(b"Version: 0.27.1\n".to_vec()),
-        )]
-        .into();
-        s.whiteouts = ["opt/legacy".to_owned()].into();
-        s.opaques = ["usr/lib/somepkg".to_owned()].into();
-        s.set_index_keys(vec![8, 16, !7]);
-        s.refusal = Some("why".into());
-        s.kept = 42;
-        s.compressed_bytes = 1234;
-        s
-    }
-
-    #[test]
-    fn an_entry_round_trips_and_only_for_its_layer_and_patch() {
-        let (d, w) = (desc(), wanted("vllm/x.py"));
-        let key = wanted_key(&w);
-        let bytes = encode(&d, Compression::Gzip, &key, &scan());
-        let back = decode(&bytes, &d, Compression::Gzip, &key).expect("valid entry");
-        assert_eq!(format!("{:?}", back), format!("{:?}", scan()));
-        // Companion order does not change the key; another target does.
-        let mut reordered = w.clone();
-        reordered.companions.reverse();
-        assert_eq!(wanted_key(&reordered), key);
-        let other = wanted_key(&wanted("vllm/y.py"));
-        assert!(decode(&bytes, &d, Compression::Gzip, &other).is_err());
-        let mut d2 = d.clone();
-        d2.digest = format!("sha256:{}", "cd".repeat(32));
-        assert!(decode(&bytes, &d2, Compression::Gzip, &key).is_err());
-        assert!(decode(&bytes, &d, Compression::None, &key).is_err());
-        assert_ne!(
-            entry_path(Path::new("/c"), &d, Compression::Gzip, &key),
-            entry_path(Path::new("/c"), &d2, Compression::Gzip, &key)
-        );
-    }
-
-    #[test]
-    fn an_edited_or_truncated_entry_is_refused() {
-        let (d, w) = (desc(), wanted("vllm/x.py"));
-        let key = wanted_key(&w);
-        let bytes = encode(&d, Compression::Gzip, &key, &scan());
-        let text = String::from_utf8(bytes.clone()).expect("utf8");
-        // Change one byte of the kept content (base64 of "assert x").
-        let edited = text.replacen("YXNzZXJ0", "YXNzZXJ1", 1);
-        assert_ne!(edited, text);
-        let err = decode(edited.as_bytes(), &d, Compression::Gzip, &key).expect_err("edited");
-        assert!(err.contains("checksum"), "{err}");
-        assert!(decode(&bytes[..bytes.len() / 2], &d, Compression::Gzip, &key).is_err());
-        assert!(decode(b"", &d, Compression::Gzip, &key).is_err());
-    }
-}
+mod tests;
