@@ -11,10 +11,11 @@ and `Host: UPSTREAM`; `Location` headers pointing at the upstream are rewritten
 to the proxy, `WWW-Authenticate` passes unchanged. `Expect: 100-continue` is
 answered by the proxy itself. Chunked bodies are decoded and re-chunked.
 
-PLAN.json is a list of rules {"match": {"method", "path_regex", "nth"}, "fault"}.
-`path_regex` is searched in the request target (path and query); `nth` is a
-list of 1-based counts of the requests matching method and path_regex (omit:
-every one). Each rule counts on its own; the first rule whose nth fits wins.
+PLAN.json is a list of rules {"match": {"method", "path_regex", "headers", "nth"},
+"fault"}. `path_regex` is searched in the request target (path and query);
+`headers` maps header names to regexes searched in their values (a missing
+header does not match); `nth` is a list of 1-based counts of the requests
+matching method, path_regex and headers (omit: every one). Each rule counts on its own; the first rule whose nth fits wins.
 The file is re-read on every request; when its content changes the rules and
 counters start afresh (a parse error keeps the old plan). Fault kinds:
 reset_after_bytes, status, truncate, flip_byte, reset_request_after_bytes,
@@ -61,7 +62,7 @@ class Plan:
     def __init__(self, path, log):
         self.path, self.log, self.raw, self.rules, self.counts = path, log, None, [], []
 
-    def pick(self, method, target):
+    def pick(self, method, target, headers=()):
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
@@ -72,6 +73,7 @@ class Plan:
                 rules = json.loads(raw or b"[]")
                 for r in rules:
                     r["_re"] = re.compile(r.get("match", {}).get("path_regex", ""))
+                    r["_hre"] = {k: re.compile(v) for k, v in r.get("match", {}).get("headers", {}).items()}
                 self.raw, self.rules, self.counts = raw, rules, [0] * len(rules)
                 self.log.info("plan loaded: %d rule(s)", len(rules))
             except (ValueError, TypeError, AttributeError, re.error) as e:
@@ -82,6 +84,8 @@ class Plan:
             if m.get("method") and m["method"].upper() != method:
                 continue
             if not r["_re"].search(target):
+                continue
+            if any(not rx.search(get(headers, k) or "\0") for k, rx in r["_hre"].items()):
                 continue
             self.counts[i] += 1
             nths = [m["nth"]] if isinstance(m.get("nth"), int) else m.get("nth")
@@ -209,7 +213,7 @@ class Proxy:
             fault = {"kind": "status", "code": 401,
                      "headers": {"WWW-Authenticate": 'Basic realm="fault-proxy"'}}
         else:
-            rule, nth, fault = self.plan.pick(method, target)
+            rule, nth, fault = self.plan.pick(method, target, headers)
         kind = (fault or {}).get("kind")
         rec = {"time": time.time(), "listener": listener, "method": method, "path": target,
                "range": get(headers, "Range"), "authorization": auth is not None,

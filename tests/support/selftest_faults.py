@@ -158,6 +158,10 @@ def main():
     r, body = call(px, "GET", bpath, headers=rng)
     check("set_header: Content-Range replaced, body unchanged", r.status == 206 and body == blob[1000:2000]
           and r.getheader("Content-Range") == "bytes 0-999/300000")
+    plan([{"match": {"path_regex": "/blobs/", "headers": {"Range": "^bytes=1000-"}},
+           "fault": {"kind": "status", "code": 500}}])
+    codes = [call(px, "GET", bpath, headers=h)[0].status for h in (rng, {"Range": "bytes=0-9"}, {})]
+    check("match on a header: only that range", codes == [500, 206, 200], codes)
     plan([{"match": {"path_regex": "/blobs/"}, "fault": {"kind": "stall_after_bytes", "bytes": 100}}])
     c = conn(px)
     c.timeout = 1.0
