@@ -102,9 +102,9 @@ pub struct Bounds {
     #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_HELPER_TIMEOUT",
           default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub helper_timeout: u64,
-    /// Ranges of 4 MiB read at once, each its own connection, so a layer arrives at the
+    /// Ranges of 2 MiB read at once, each its own connection, so a layer arrives at the
     /// link's speed rather than one connection's (all layers of the run share them: at most
-    /// N x 4 MiB held in memory). 0 or 1: each layer is one plain stream.
+    /// N x 2 MiB held in memory). 0 or 1: each layer is one plain stream.
     #[arg(long, global = true, value_name = "N", env = "RUNNER_PATCH_RANGE_PARALLEL",
           default_value_t = 8, value_parser = clap::value_parser!(u16).range(0..=64))]
     pub range_parallel: u16,

@@ -3,7 +3,7 @@
 //! where the ranges are sent: the registry, or the location its first answer was redirected
 //! to, asked for again when that location expires.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderMap, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 use reqwest::{Method, StatusCode};
 use tokio::sync::mpsc::UnboundedSender;
@@ -18,6 +18,9 @@ use crate::registry::transport::{Body, Call, Transport};
 
 /// Tries of one range before the layer is read as one stream instead.
 const TRIES: u32 = 2;
+
+/// The size of the pieces a range's bytes wait in.
+const PIECE: usize = 256 * 1024;
 
 /// What a range hands the reader, in order.
 pub(super) enum Piece {
@@ -273,25 +276,72 @@ async fn pass(
             now.served += 1;
         }
     }
-    loop {
+    let mut batch = Batch {
+        tx,
+        buf: BytesMut::new(),
+        rest: to + 1 - *at,
+    };
+    let end = loop {
         match answer.chunk().await {
             Ok(Some(chunk)) => {
                 let left = to + 1 - *at;
                 if chunk.len() as u64 > left {
-                    return Err(Trouble::Bad(format!(
+                    break Err(Trouble::Bad(format!(
                         "the answer goes on past the range's end at {to}"
                     )));
                 }
                 *at += chunk.len() as u64;
-                tx.send(Piece::Data(chunk)).map_err(|_| Trouble::Gone)?;
+                batch.push(&chunk)?;
             }
-            Ok(None) if *at == to + 1 => return Ok(()),
+            Ok(None) if *at == to + 1 => break Ok(()),
             Ok(None) => {
-                return Err(Trouble::Bad(format!(
+                break Err(Trouble::Bad(format!(
                     "the answer ended at byte {at}, short of the range's end at {to}"
                 )))
             }
-            Err(cut) => return Err(Trouble::Bad(cut.to_string())),
+            Err(cut) => break Err(Trouble::Bad(cut.to_string())),
         }
+    };
+    // What arrived is handed on, also before a retry resumes after it.
+    batch.flush()?;
+    end
+}
+
+/// Bytes of a range gathered into pieces of their own before they are handed on: a chunk as
+/// the connection delivers it holds on to the connection's larger read buffer for as long as
+/// it waits in the window (measured: 8 ranges then cost far more than their size), so
+/// bytes that wait are copied to pieces of their size; the copy costs little beside the
+/// inflate that follows.
+struct Batch<'a> {
+    tx: &'a UnboundedSender<Piece>,
+    buf: BytesMut,
+    /// Bytes of the range still to come, so the last piece is allocated at its size.
+    rest: u64,
+}
+
+impl Batch<'_> {
+    fn push(&mut self, mut chunk: &[u8]) -> Result<(), Trouble> {
+        while !chunk.is_empty() {
+            if self.buf.capacity() == 0 {
+                let size = usize::try_from(self.rest).map_or(PIECE, |r| r.min(PIECE));
+                self.buf = BytesMut::with_capacity(size.max(1));
+            }
+            let n = (self.buf.capacity() - self.buf.len()).min(chunk.len());
+            self.buf.extend_from_slice(&chunk[..n]);
+            self.rest = self.rest.saturating_sub(n as u64);
+            chunk = &chunk[n..];
+            if self.buf.len() == self.buf.capacity() {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Trouble> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = std::mem::take(&mut self.buf).freeze();
+        self.tx.send(Piece::Data(piece)).map_err(|_| Trouble::Gone)
     }
 }
