@@ -205,6 +205,7 @@ pub(super) async fn read(
     to: u64,
     mut first: Option<Answer>,
     tx: UnboundedSender<Piece>,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
     let mut at = from;
     let mut failures = 0;
@@ -218,6 +219,9 @@ pub(super) async fn read(
             Ok(a) => match pass(&layer, a, &mut at, to, &tx, &loc).await {
                 Ok(()) => {
                     let _ = tx.send(Piece::Done);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
                     return;
                 }
                 Err(t) => t,

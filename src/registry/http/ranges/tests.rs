@@ -45,6 +45,8 @@ enum Reply {
     Cut(usize),
     /// The right headers, this many body bytes, then silence.
     Stall(usize),
+    /// The honest answer, its body sent at about 4 MB/s.
+    Slow,
     /// A redirect to this URL.
     Redirect(String),
     Status(u16),
@@ -54,11 +56,16 @@ type Rule = Arc<dyn Fn(&'static str, usize, &Seen) -> Reply + Send + Sync>;
 
 struct Server {
     addr: String,
+    size: usize,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 fn blob() -> Vec<u8> {
-    (0..100_000u32)
+    blob_of(100_000)
+}
+
+fn blob_of(size: usize) -> Vec<u8> {
+    (0..size as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect()
 }
@@ -66,6 +73,11 @@ fn blob() -> Vec<u8> {
 /// A server whose replies `make` decides, given the address of its second listener (another
 /// origin, where redirects may point).
 async fn serve_with(make: impl FnOnce(&str) -> Rule) -> Server {
+    serve_sized(100_000, make).await
+}
+
+/// As [`serve_with`], serving a blob of `size` bytes.
+async fn serve_sized(size: usize, make: impl FnOnce(&str) -> Rule) -> Server {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let main = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let other = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -78,11 +90,11 @@ async fn serve_with(make: impl FnOnce(&str) -> Rule) -> Server {
             let mut count = 0;
             while let Ok((sock, _)) = listener.accept().await {
                 count += 1;
-                tokio::spawn(answer(sock, name, count, seen.clone(), rule.clone()));
+                tokio::spawn(answer(sock, name, count, seen.clone(), rule.clone(), size));
             }
         });
     }
-    Server { addr, seen }
+    Server { addr, size, seen }
 }
 
 async fn serve(rule: Rule) -> Server {
@@ -95,6 +107,7 @@ async fn answer(
     n: usize,
     seen: Arc<Mutex<Vec<Seen>>>,
     rule: Rule,
+    size: usize,
 ) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -114,7 +127,7 @@ async fn answer(
             })
             .map(|(_, v)| v.trim().to_owned())
     };
-    let total = blob().len() as u64;
+    let total = size as u64;
     let range = header("range").and_then(|r| {
         let (a, b) = r.strip_prefix("bytes=")?.split_once('-')?;
         let b = if b.is_empty() {
@@ -131,7 +144,7 @@ async fn answer(
         authorization: header("authorization").is_some(),
     };
     seen.lock().expect("lock").push(s.clone());
-    let data = blob();
+    let data = blob_of(size);
     let (a, b) = range.unwrap_or((0, total - 1));
     let body = &data[a as usize..=b as usize];
     let partial = |cr: &str| {
@@ -145,6 +158,17 @@ async fn answer(
             &data,
         ),
         Reply::Labelled(cr) => (partial(&cr), body),
+        Reply::Slow => {
+            let _ = sock.write_all(partial(&honest).as_bytes()).await;
+            for piece in body.chunks(64 * 1024) {
+                if sock.write_all(piece).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            let _ = sock.shutdown().await;
+            return;
+        }
         Reply::Flipped => {
             let mut wrong = body.to_vec();
             wrong[0] ^= 0xff;
@@ -174,7 +198,7 @@ async fn answer(
     let _ = sock.shutdown().await;
 }
 
-fn settings(parallel: usize) -> Settings {
+fn settings(parallel: usize, range: u64) -> Settings {
     Settings {
         limits: Limits {
             idle: Duration::from_secs(1),
@@ -187,16 +211,25 @@ fn settings(parallel: usize) -> Settings {
         max_requests: 16,
         ranges: Ranges {
             parallel,
-            size: RANGE,
+            size: range,
         },
     }
 }
 
 /// Reads the blob through `server` in ranges; the bytes, or the error's kind and text.
 async fn read(server: &Server, parallel: usize) -> Result<Vec<u8>, (ErrorKind, String)> {
+    read_in(server, parallel, RANGE).await
+}
+
+/// Reads the blob through `server` in ranges of `range` bytes.
+async fn read_in(
+    server: &Server,
+    parallel: usize,
+    range: u64,
+) -> Result<Vec<u8>, (ErrorKind, String)> {
     let repo = Repo::parse(&format!("{}/a/b", server.addr)).expect("repo");
-    let t = Transport::new(&[&repo], settings(parallel)).expect("transport");
-    let data = blob();
+    let t = Transport::new(&[&repo], settings(parallel, range)).expect("transport");
+    let data = blob_of(server.size);
     let desc = Descriptor {
         media_type: crate::media::OCI_LAYER_GZIP.to_owned(),
         digest: crate::digest::sha256(&data),
@@ -390,6 +423,34 @@ async fn ranges_follow_a_redirect_without_credentials_and_renew_it_when_it_expir
             .all(|s| s.listener == "registry" || !s.authorization),
         "credentials went to the other origin: {seen:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_range_faster_than_the_inflate_leaves_the_rest_to_one_stream() {
+    const MIB: u64 = 1024 * 1024;
+    // 4 MiB over loopback: far faster than the 200 MiB/s that makes one stream enough.
+    let server = serve_sized(12 * MIB as usize, |_| rule(|_, _, _| Reply::Honest)).await;
+    assert_eq!(
+        read_in(&server, 4, 4 * MIB).await.expect("read"),
+        blob_of(12 * MIB as usize)
+    );
+    let seen = ranges_of(&server, "registry");
+    assert_eq!(
+        seen,
+        [Some((0, 4 * MIB - 1)), Some((4 * MIB, 12 * MIB - 1))],
+        "{seen:?}"
+    );
+
+    // A first range that comes slowly: the rest is read in parallel ranges.
+    let server = serve_sized(3 * MIB as usize, |_| rule(|_, _, _| Reply::Slow)).await;
+    assert_eq!(
+        read_in(&server, 4, MIB).await.expect("read"),
+        blob_of(3 * MIB as usize)
+    );
+    let mut seen = ranges_of(&server, "registry");
+    seen.sort();
+    let want: Vec<_> = (0..3).map(|k| Some((k * MIB, (k + 1) * MIB - 1))).collect();
+    assert_eq!(seen, want);
 }
 
 #[test]
