@@ -4,11 +4,14 @@
 //!
 //! The first range goes to the registry alone: its answer says whether ranges are served and
 //! where from (a redirect is followed once; the other ranges go to that location, without
-//! the registry's credentials). Each range is checked (`part`) and retried once alone; a
+//! the registry's credentials), and how fast it came says whether more connections would
+//! help (see [`ONE_STREAM_RATE`]). Each range is checked (`part`) and retried once alone; a
 //! range that fails again, or a registry that ignores ranges, turns the rest of the layer
 //! into one plain stream (`download`), so a registry without ranges is read exactly as
 //! before. The sha256 and size of the whole blob are checked over the bytes in order, before
-//! the stream ends cleanly, as for a plain download.
+//! the stream ends cleanly, as for a plain download: the hash runs in the task that reads
+//! this stream (`Registry::blob_reader`'s), beside the inflate and tar scan on their own
+//! thread, and the ranges arrive in tasks of their own.
 //!
 //! Bounds: the ranges of the whole run, read or waiting to be handed on, hold a place in the
 //! transport's window (`--range-parallel`), so memory stays within places x range size; each
@@ -16,13 +19,11 @@
 //! size-scaled deadline.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use std::time::Instant;
-
-use tokio::sync::OwnedSemaphorePermit;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::blobs::FETCH;
 use super::download::Download;
