@@ -449,8 +449,10 @@ def report(ctx, rows, targets, floor_wall):
     lines = [
         "# runner-patch benchmark: latest results",
         "",
-        f"Run {ctx['date']} at commit `{m['git']}`; reproduce with `make bench` "
-        "(= `cargo build --release --locked && bash bench/run.sh`; see bench/README.md).",
+        f"Run {ctx['date']} at commit `{m['git']}`; reproduce with "
+        + ("`cargo build --release --locked && bash bench/run.sh --only ranges` (routes a, b, a0, h and i "
+           "only; see bench/README.md)." if ctx.get("only") else
+           "`make bench` (= `cargo build --release --locked && bash bench/run.sh`; see bench/README.md)."),
         "",
         "## Machine",
         "",
@@ -661,7 +663,8 @@ def main(argv=None):
                  "length), so their images and uploads compare byte for byte.")
     ctx = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                machine=machine(bin_info), image=img_info, generated=not cached, generate_seconds=gen_s,
-               push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start)
+               push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start,
+               only=a.only)
     text = report(ctx, rows, targets, floor_wall)
     os.makedirs(os.path.dirname(a.results), exist_ok=True)
     with open(a.results, "w") as f:

@@ -48,7 +48,7 @@ pub struct Ranges {
 
 impl Ranges {
     /// 8 ranges of 2 MiB: 8 connections fill a link where one connection gets a fraction of
-    /// it (the benchmark's throttled link: about 6x one stream), and the 16 MiB window keeps
+    /// it (the benchmark's throttled link: 5-7x one stream), and the 16 MiB window keeps
     /// the tool well under its 100 MiB (measured on localhost, where ranges wait for the
     /// inflate: 8 x 4 MiB reached 90 MiB of RSS, as the allocator holds freed pieces per
     /// thread; 8 x 2 MiB stays near 70). SOCI's parallel pull advises 10-20 ranges of 8-16 MB
