@@ -359,3 +359,61 @@ fn ranges_follow_a_redirect_without_credentials_and_renew_it_when_it_expires() {
         }
     }
 }
+
+#[test]
+fn zstd_layers_are_read_in_ranges_like_gzip_ones() {
+    let s = Setup::new(&[]);
+    // The same image with zstd layers, in another repository of the same registry.
+    let zrepo = format!("{}/zstd/runner", s.reg.addr);
+    run_tool(
+        "skopeo",
+        &[
+            "copy",
+            "-q",
+            "--all",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            "--dest-compress",
+            "--dest-compress-format",
+            "zstd",
+            &format!("docker://{}:{TAG}", s.reg.repo()),
+            &format!("docker://{zrepo}:{TAG}"),
+        ],
+    );
+    let plan = |extra: &[&str]| {
+        let run = bounded(
+            &Tool::new("plan")
+                .cwd(s.work.path())
+                .backend("cuda")
+                .repo(&zrepo)
+                .tag(TAG)
+                .json()
+                .args(["--no-cache"])
+                .args(extra)
+                .env("RUNNER_PATCH_RANGE_SIZE", RANGE.to_string()),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.json()
+    };
+    let from = s.reg.log().len();
+    let ranged = plan(&[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let partial = s.reg.log()[from..]
+        .lines()
+        .filter(|l| l.contains("\"GET /v2/zstd/runner/blobs/sha256:") && l.contains("\" 206 "))
+        .count();
+    assert!(partial > 4, "the zstd layers were not read in ranges");
+    assert_eq!(digests(&ranged), digests(&plan(&["--range-parallel", "0"])));
+    // (The image read was zstd indeed.)
+    let list: Value = serde_json::from_slice(&skopeo_raw(&format!("{zrepo}:{TAG}"))).expect("list");
+    let child = list["manifests"][0]["digest"].as_str().expect("child");
+    let m: Value = serde_json::from_slice(&skopeo_raw(&format!("{zrepo}@{child}"))).expect("child");
+    assert!(
+        m["layers"]
+            .as_array()
+            .expect("layers")
+            .iter()
+            .all(|l| l["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"),
+        "{m:#}"
+    );
+}
