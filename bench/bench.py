@@ -1,7 +1,7 @@
 """The runner-patch benchmark (issue 6): `make bench` -> bash bench/run.sh -> this module.
 
     python3 -m bench.bench --bin target/release/runner-patch [--work DIR] [--keep]
-                           [--no-buildah] [--results bench/results/latest.md]
+                           [--no-buildah] [--only ranges] [--results bench/results/latest.md]
 
 On one synthetic two-platform image (bench/image.py) in a fresh local registry, measures with
 /usr/bin/time -v, in this order:
@@ -13,6 +13,11 @@ On one synthetic two-platform image (bench/image.py) in a fresh local registry, 
   d. runner-patch apply again, on <tag>-bench1 (already patched)
   e-g. plan, then apply, through a fresh scan cache (--cache-dir), then a plan after one cache
      entry was edited on disk (its layer must be read again); a and d run with --no-cache
+  a0, h, i. parallel range reads (issue 20, bench/ranges.py): apply with one stream per layer on
+     localhost, then apply through a proxy limiting each connection to 20 MB/s, with one
+     stream and with parallel ranges
+
+--only ranges runs a, b, a0, h and i alone and checks their targets.
 
 Bytes moved come from the registry's own access log (see bench/README.md); the targets are
 checked as ratios within this run; the table goes to stdout and to the results file.
@@ -36,6 +41,7 @@ sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 from bench import image  # noqa: E402
+from bench import ranges  # noqa: E402
 from fixtures import registry as fxreg  # noqa: E402
 
 REPO = "gpustack/runner"
@@ -443,8 +449,10 @@ def report(ctx, rows, targets, floor_wall):
     lines = [
         "# runner-patch benchmark: latest results",
         "",
-        f"Run {ctx['date']} at commit `{m['git']}`; reproduce with `make bench` "
-        "(= `cargo build --release --locked && bash bench/run.sh`; see bench/README.md).",
+        f"Run {ctx['date']} at commit `{m['git']}`; reproduce with "
+        + ("`cargo build --release --locked && bash bench/run.sh --only ranges` (routes a, b, a0, h and i "
+           "only; see bench/README.md)." if ctx.get("only") else
+           "`make bench` (= `cargo build --release --locked && bash bench/run.sh`; see bench/README.md)."),
         "",
         "## Machine",
         "",
@@ -500,6 +508,8 @@ def main(argv=None):
     p.add_argument("--work", help="scratch folder (default: a new one under $TMPDIR, removed at the end)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder and its registry data")
     p.add_argument("--no-buildah", action="store_true", help="skip the buildah route")
+    p.add_argument("--only", choices=["ranges"],
+                   help="ranges: only apply, the floor and the parallel-range routes (a, b, a0, h, i)")
     p.add_argument("--cache", default=image.default_cache())
     p.add_argument("--results", default=os.path.join(HERE, "results", "latest.md"))
     a = p.parse_args(argv)
@@ -550,6 +560,10 @@ def main(argv=None):
             if dec not in decoders:
                 notes.append(f"{dec} (Debian {pkg}) not installed: no floor row for it; the floor is the "
                              "fastest decoder present, so a missing fast one makes it looser.")
+        r["apply_one_stream"] = ranges.localhost_one_stream(b, snapshot, src, work)
+        if a.only == "ranges":
+            r.update(ranges.throttled(b, snapshot, addr, work, log))
+            raise Finished()
 
         # c. rebuild routes
         r["umoci"] = b.measure("umoci", "c. rebuild: skopeo + umoci", [
@@ -590,6 +604,11 @@ def main(argv=None):
         r["plan_edited"] = b.measure("plan_edited", "g. plan, one cache entry edited on disk",
                                      [cached[0], "plan"] + cached[1:] + ["--tag-suffix", "-bench3"],
                                      prepare=lambda: edit_cache_entry(scans))
+
+        # h-i. the throttled link
+        r.update(ranges.throttled(b, snapshot, addr, work, log))
+    except Finished:
+        notes.append("--only ranges: routes c-g not run, and their targets not checked.")
     except Exception as e:  # noqa: BLE001
         log(f"bench: error: {type(e).__name__}: {e}")
         return 2
@@ -621,8 +640,9 @@ def main(argv=None):
     ]
     img_info = {"layers": amd, "uncompressed": sum(L["uncompressed"] for L in amd),
                 "compressed": sum(L["size"] for L in amd)}
-    rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "umoci", "buildah", "apply2",
-                           "plan_cached", "apply_cached", "plan_edited")
+    rows = [r[k] for k in ("apply", "floor_igzip", "floor_pigz", "floor_gzip", "apply_one_stream", "umoci",
+                           "buildah", "apply2", "plan_cached", "apply_cached", "plan_edited", "throttled_one",
+                           "throttled_ranges")
             if k in r]
     ncpu = os.cpu_count() or 1
     busy = [f"{x['label']} ({x['other_cpu']:.1f} CPU-s over {x['wall']:.1f} s"
@@ -634,9 +654,17 @@ def main(argv=None):
     else:
         notes.append("Quiet machine: other processes used under 10% of the CPUs during every route.")
     targets = check_targets(r, len(pushed["platforms"]))
+    if a.only:
+        targets = [t for t in targets if t[2] != "not run"]
+    targets += ranges.check(r)
+    notes.append(f"Throttled link (h, i): bench/throttle.py between the tool and the registry, every TCP "
+                 f"connection paced to {ranges.RATE / 1e6:.0f} MB/s each way, as many connections as asked "
+                 "for; both routes push into their own repository of the same registry (names of equal "
+                 "length), so their images and uploads compare byte for byte.")
     ctx = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                machine=machine(bin_info), image=img_info, generated=not cached, generate_seconds=gen_s,
-               push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start)
+               push_seconds=pushed["push_seconds"], notes=notes, total=time.monotonic() - t_start,
+               only=a.only)
     text = report(ctx, rows, targets, floor_wall)
     os.makedirs(os.path.dirname(a.results), exist_ok=True)
     with open(a.results, "w") as f:
@@ -646,6 +674,10 @@ def main(argv=None):
     print(f"{len(targets) - len(failed)} targets passed, {len(failed)} failed"
           + (f": {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+class Finished(Exception):
+    """The routes asked for (--only) have run."""
 
 
 def cleanup_buildah(bw, log):

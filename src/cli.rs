@@ -21,7 +21,10 @@ const APPLY_EXAMPLES: &str = "Examples:
   runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1
 
   # An image in an OCI layout directory (skopeo copy --all docker://... oci:runner:TAG), in place
-  runner-patch apply --backend cuda --repository oci:runner --tag cuda12.9-vllm0.27.1";
+  runner-patch apply --backend cuda --repository oci:runner --tag cuda12.9-vllm0.27.1
+
+  # One job of four in a pipeline matrix: its share of the tags, its own digest map
+  runner-patch apply --backend cuda --shard 2/4 --digest-map map-cuda-2.json";
 
 const PLAN_EXAMPLES: &str = "Examples:
   # What would happen to every affected CUDA tag (file, vLLM version, outcome, bytes)
@@ -46,6 +49,17 @@ const ROLLBACK_EXAMPLES: &str = "Examples:
 
   # See first what would move
   runner-patch rollback --digest-map runner-patch-manifest.json --dry-run";
+
+const JOIN_EXAMPLES: &str =
+    "The maps are merged into the output as apply merges a run into its map (an original once
+recorded is never replaced), each map's records in its order, the maps in the order given. A
+tag that two of the maps record, or maps of different patches, are refused before anything is
+written.
+
+Examples:
+  # The last job of a sharded pipeline: every shard's map, one map for verify and rollback
+  runner-patch join --digest-map runner-patch-map.json map-cuda-1.json map-cuda-2.json
+  runner-patch verify --digest-map runner-patch-map.json";
 
 use runner_patch::VERSION;
 
@@ -102,6 +116,12 @@ pub struct Bounds {
     #[arg(long, global = true, value_name = "SECS", env = "RUNNER_PATCH_HELPER_TIMEOUT",
           default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub helper_timeout: u64,
+    /// Ranges of 2 MiB read at once, each its own connection, so a layer arrives at the
+    /// link's speed rather than one connection's (all layers of the run share them: at most
+    /// N x 2 MiB held in memory). 0 or 1: each layer is one plain stream.
+    #[arg(long, global = true, value_name = "N", env = "RUNNER_PATCH_RANGE_PARALLEL",
+          default_value_t = 8, value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub range_parallel: u16,
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,6 +138,9 @@ pub enum Command {
     /// Point every tag in a digest map back at its original digest.
     #[command(after_help = ROLLBACK_EXAMPLES)]
     Rollback(RollbackArgs),
+    /// Join the digest maps of a sharded run (apply --shard K/N) into one.
+    #[command(after_help = JOIN_EXAMPLES)]
+    Join(JoinArgs),
     /// Write shell completions to stdout.
     #[command(
         after_help = "Examples:\n  runner-patch completions bash > /etc/bash_completion.d/runner-patch\n  runner-patch completions zsh > ~/.zfunc/_runner-patch"
@@ -199,6 +222,11 @@ pub struct ImageArgs {
     /// Read every layer from the registry: no scan cache is read or written.
     #[arg(long)]
     pub no_cache: bool,
+    /// Only the tags of shard K of N (1-based): those whose sha256, modulo N, is K-1. The N
+    /// jobs of a pipeline matrix each take one shard of the same tags, and `join` puts their
+    /// digest maps together.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -256,6 +284,20 @@ pub struct RollbackArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The digest maps to join (one per shard).
+    #[arg(value_name = "MAP", required = true)]
+    pub maps: Vec<PathBuf>,
+    /// Where the joined map is written, or merged into when it exists (`--manifest`, its
+    /// earlier name, still works).
+    #[arg(long = "digest-map", visible_alias = "manifest", value_name = "PATH")]
+    pub digest_map: PathBuf,
+    /// Print the joined map as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -26,6 +26,8 @@ mod pipeline;
 mod pipeline_ci;
 #[path = "it/provenance.rs"]
 mod provenance;
+#[path = "it/ranges.rs"]
+mod ranges;
 #[path = "it/refuse.rs"]
 mod refuse;
 #[path = "it/release.rs"]

@@ -8,6 +8,7 @@ use futures_util::StreamExt;
 
 use super::common::Status;
 use super::rows::image_row;
+use super::shard::Shard;
 use crate::cli::{Backend, Global, ImageArgs};
 use runner_patch::apply::{apply_image, discover, Applied, Job, Options};
 use runner_patch::digest_map::{DigestMap, Recorder};
@@ -44,11 +45,12 @@ pub struct Mode<'a> {
     pub provenance_dir: Option<&'a std::path::Path>,
 }
 
-/// The command line checked: source, target and the explicit tags (each once).
+/// The command line checked: source, target, the explicit tags (each once) and the shard.
 struct Request {
     source: Repo,
     target: Repo,
     tags: Vec<String>,
+    shard: Option<Shard>,
 }
 
 fn request(a: &ImageArgs) -> Result<Request> {
@@ -83,6 +85,7 @@ fn request(a: &ImageArgs) -> Result<Request> {
         source,
         target,
         tags,
+        shard: a.shard.as_deref().map(Shard::parse).transpose()?,
     })
 }
 
@@ -127,6 +130,11 @@ async fn run_async(
         found
     } else {
         req.tags.clone()
+    };
+    // A shard takes its share of the tags, listed or found; none is not a reason to look for more.
+    let tags = match req.shard {
+        Some(shard) => shard.select(tags),
+        None => tags,
     };
     let opts = Options {
         dry_run: mode.dry_run,

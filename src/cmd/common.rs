@@ -23,11 +23,13 @@ impl From<Status> for ExitCode {
     }
 }
 
-/// The registry client's settings for this run: the time bounds of the command line and the
-/// retry count of `RUNNER_PATCH_RETRIES` (N retries after the first try, 0 turns them off; a
-/// value that is not a number leaves the default). Requests in flight stay at the default;
+/// The registry client's settings for this run: the time bounds and `--range-parallel` of the
+/// command line, the retry count of `RUNNER_PATCH_RETRIES` (N retries after the first try, 0
+/// turns them off) and the range size of `RUNNER_PATCH_RANGE_SIZE` (bytes, 4 KiB to 64 MiB);
+/// a value that is not a number leaves the default. Requests in flight stay at the default;
 /// `apply` sizes them from `--jobs`.
 pub fn registry_settings(g: &Global) -> runner_patch::registry::Settings {
+    use runner_patch::registry::Ranges;
     let retry = std::env::var("RUNNER_PATCH_RETRIES")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
@@ -35,9 +37,19 @@ pub fn registry_settings(g: &Global) -> runner_patch::registry::Settings {
             runner_patch::registry::Retry::default,
             runner_patch::registry::Retry::with_retries,
         );
+    let size = std::env::var("RUNNER_PATCH_RANGE_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Ranges::DEFAULT_SIZE, |n| {
+            n.clamp(Ranges::MIN_SIZE, 64 << 20)
+        });
     runner_patch::registry::Settings {
         limits: g.bounds.limits(),
         retry,
+        ranges: Ranges {
+            parallel: usize::from(g.bounds.range_parallel),
+            size,
+        },
         ..Default::default()
     }
 }

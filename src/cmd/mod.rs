@@ -8,11 +8,13 @@ use common::Status;
 
 pub mod apply;
 mod common;
+pub mod join;
 pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
 pub mod rollback;
 mod rows;
+mod shard;
 pub mod verify;
 
 fn init_logging(g: &Global) {
@@ -76,6 +78,7 @@ pub fn run(cli: Cli) -> ExitCode {
         ),
         Command::Verify(a) => verify::run(&cli.global, a),
         Command::Rollback(a) => rollback::run(&cli.global, a),
+        Command::Join(a) => join::run(&cli.global, a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             // Generated into memory: clap_complete panics on a write error (a closed pipe).

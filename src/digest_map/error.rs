@@ -19,4 +19,7 @@ pub enum Error {
     /// The file, or a reference in it, is not valid.
     #[error("{0}")]
     Invalid(String),
+    /// Two maps being joined record the same tag.
+    #[error("{0}")]
+    Conflict(String),
 }

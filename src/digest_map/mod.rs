@@ -4,6 +4,7 @@
 //! provenance fill its records; it depends on none of them.
 
 pub mod error;
+pub mod join;
 pub mod merge;
 pub mod recorder;
 pub mod schema;
@@ -11,6 +12,7 @@ pub mod schema;
 mod tests;
 
 pub use error::Error;
+pub use join::{join, Joined};
 pub use merge::merge;
 pub use recorder::Recorder;
 pub use schema::{

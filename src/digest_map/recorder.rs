@@ -102,6 +102,23 @@ impl Recorder {
         Ok(())
     }
 
+    /// Merges many records and writes the map once: a join, which moves no tag.
+    pub fn record_all(&self, recs: Vec<ImageRecord>) -> Result<(), Error> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for rec in recs {
+            merge(&mut map.images, rec);
+        }
+        map.tool = format!("runner-patch {}", env!("CARGO_PKG_VERSION"));
+        map.write(&self.path).map_err(|e| {
+            Error::Io(format!(
+                "cannot write digest map {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Puts this run's new records in the order of `targets` (records arrive as images
     /// finish, which varies from run to run) and writes the map once more.
     pub fn finish(&self, targets: &[String]) -> Result<(), Error> {

@@ -111,3 +111,60 @@ fn recorder_refuses_bad_paths_before_any_work() {
         .collect();
     assert!(leftovers.is_empty());
 }
+
+#[test]
+fn shard_maps_join_into_one_and_a_tag_in_two_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = |name: &str| dir.path().join(name);
+    let with_target = |target: &str, original: &str| {
+        let mut r = rec(Outcome::Patched, original, Some("new"));
+        r.target = target.into();
+        r.source = target.into();
+        r
+    };
+    let write = |name: &str, patch: &str, recs: Vec<ImageRecord>| {
+        DigestMap::new(patch, recs).write(&at(name)).expect("write");
+        at(name)
+    };
+    let a = write(
+        "a.json",
+        "p",
+        vec![with_target("r/x:1", "o1"), with_target("r/x:3", "o3")],
+    );
+    let b = write("b.json", "p", vec![with_target("r/x:2", "o2")]);
+    let joined = join(&at("all.json"), &[a.clone(), b.clone()]).expect("join");
+    let targets: Vec<&str> = joined
+        .map
+        .images
+        .iter()
+        .map(|r| r.target.as_str())
+        .collect();
+    assert_eq!(
+        targets,
+        ["r/x:1", "r/x:3", "r/x:2"],
+        "inputs in order, records in theirs"
+    );
+    assert_eq!(joined.from, vec![(a.clone(), 2), (b.clone(), 1)]);
+    let back = DigestMap::read(&at("all.json")).expect("read");
+    assert_eq!(back.images.len(), 3);
+    // Joining again changes nothing; a map already there is merged into, never replaced.
+    join(&at("all.json"), &[a.clone(), b.clone()]).expect("again");
+    assert_eq!(
+        DigestMap::read(&at("all.json")).expect("read").images.len(),
+        3
+    );
+
+    // A tag in two maps, maps of two patches, and no map at all: refused, nothing written.
+    let twice = write("c.json", "p", vec![with_target("r/x:2", "o2")]);
+    let e = join(&at("bad.json"), &[a.clone(), b.clone(), twice]).expect_err("a tag in two shards");
+    assert!(matches!(e, Error::Conflict(_)), "{e}");
+    assert!(
+        e.to_string().contains("r/x:2") && e.to_string().contains("c.json"),
+        "{e}"
+    );
+    let other = write("d.json", "q", vec![with_target("r/x:9", "o9")]);
+    let e = join(&at("bad.json"), &[a, other]).expect_err("two patches");
+    assert!(matches!(e, Error::OtherPatch(_)), "{e}");
+    assert!(matches!(join(&at("bad.json"), &[]), Err(Error::Invalid(_))));
+    assert!(!at("bad.json").exists());
+}

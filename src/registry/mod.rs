@@ -29,4 +29,4 @@ pub use error::{Error, ErrorKind, RegistryError};
 pub use reference::NameError;
 pub use repo::Repo;
 pub use router::Registry;
-pub use settings::{Limits, Retry, Settings};
+pub use settings::{Limits, Ranges, Retry, Settings};

@@ -1,6 +1,7 @@
-//! The release-pipeline step: the example GitHub Actions workflow run step by step against a
-//! local registry with credentials from secrets, the job summary checked against the digest
-//! map, and `::warning::` lines only inside GitHub Actions.
+//! The release-pipeline step: the example GitHub Actions workflow (plan, approval, a matrix of
+//! apply shards, the join of their maps) run step by step against a local registry with
+//! credentials from secrets, the job summaries checked against the digest maps, the joined map
+//! against one unsharded run's, and `::warning::` lines only inside GitHub Actions.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -63,6 +64,12 @@ fn serve_dir(dir: PathBuf) -> String {
 fn registry_with_password() -> (Registry, Value) {
     let mut reg = Registry::start();
     let seeded = reg.seed(DEMO_CUDA);
+    want_password(&mut reg);
+    (reg, seeded)
+}
+
+/// Restarts the registry with htpasswd auth (the test's user and password).
+fn want_password(reg: &mut Registry) {
     let out = python("tests.support.registry_auth")
         .args(["htpasswd", "--dir"])
         .arg(reg.dir.path())
@@ -79,7 +86,45 @@ fn registry_with_password() -> (Registry, Value) {
         "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
         ht.display()
     )));
-    (reg, seeded)
+}
+
+/// The registry as it was just after seeding, at the same address (so the images, whose
+/// annotations name their source, are the same): storage emptied, seeded again, password on.
+fn reseed(reg: &mut Registry) -> Value {
+    std::fs::remove_dir_all(reg.dir.path().join("storage")).expect("empty the storage");
+    reg.restart(None);
+    let seeded = reg.seed(DEMO_CUDA);
+    want_password(reg);
+    seeded
+}
+
+/// A Docker config in `dir` with the test's credentials for `reg`.
+fn docker_config(dir: &Path, reg: &Registry) -> PathBuf {
+    use base64::Engine as _;
+    let cfg = dir.join("docker");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    std::fs::write(
+        cfg.join("config.json"),
+        serde_json::json!({"auths": {reg.addr.as_str(): {"auth": auth}}}).to_string(),
+    )
+    .expect("config");
+    cfg
+}
+
+/// The records of a digest map by target.
+fn records(map: &Value) -> std::collections::BTreeMap<String, Value> {
+    map["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .map(|i| (i["target"].as_str().expect("target").to_owned(), i.clone()))
+        .collect()
+}
+
+fn read_json(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).expect("json")
 }
 
 /// The workflow as the runner project would copy it, run by `tests/support/run_workflow.py`.
@@ -215,9 +260,26 @@ fn assert_summary_matches(md: &str, map: &Value) {
 }
 
 #[test]
-fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
-    let (reg, seeded) = registry_with_password();
+fn example_workflow_runs_plan_gate_sharded_apply_join_verify_against_a_registry() {
+    let (mut reg, seeded) = registry_with_password();
     let work = tempfile::tempdir().expect("tmp");
+
+    // One unsharded run of the tags the plan will choose, for the joined map to equal; then
+    // the registry as it was before it.
+    let planned_tags = ["cuda12.9-vllm0.27.1", "cuda13.0-vllm0.30.0"];
+    let cfg = docker_config(work.path(), &reg);
+    let one = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tags(planned_tags)
+        .digest_map("one.json")
+        .env("DOCKER_CONFIG", &cfg)
+        .run();
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    let unsharded = read_json(&work.path().join("one.json"));
+    assert_eq!(reseed(&mut reg), seeded);
+
     let (code, log, report) = run_example(
         &reg,
         work.path(),
@@ -226,11 +288,24 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
     assert_eq!(code, 0, "{log}\n{report:#}");
     assert!(!log.contains(PASSWORD), "the token appeared in a log");
 
-    // Every step of both jobs ran, in order, and succeeded; apply waited at the gate.
+    // Every step of every job ran, in order, and succeeded: the plan, two apply shards (each
+    // at the approval gate), the join.
     let plan = job(&report, "plan");
-    let apply = job(&report, "apply");
-    assert_eq!(apply["environment"], "runner-release");
-    for j in [plan, apply] {
+    let shards: Vec<&Value> = report["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter(|j| j["id"] == "apply")
+        .collect();
+    assert_eq!(shards.len(), 2, "{report:#}");
+    for (k, j) in shards.iter().enumerate() {
+        assert_eq!(j["environment"], "runner-release");
+        assert_eq!(j["matrix"]["backend"], "cuda");
+        assert_eq!(j["matrix"]["shard"], k + 1);
+        assert_eq!(j["matrix"]["shards"], 2);
+    }
+    let join = job(&report, "join");
+    for j in shards.iter().copied().chain([plan, join]) {
         let steps = j["steps"].as_array().expect("steps");
         assert!(steps.len() >= 4, "{j:#}");
         for s in steps {
@@ -238,8 +313,8 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
         }
     }
 
-    // One read of the layers: plan read them, apply (another machine, the scans carried over
-    // by actions/cache) read none. Verify reads on its own, as it must.
+    // One read of the layers: plan read them, each shard (another machine, the scans carried
+    // over by actions/cache) read none. Verify reads on its own, as it must.
     let layers = fixture_layers(&seeded);
     let gets_of = |j: &Value, step: &str| {
         let s = j["steps"]
@@ -257,19 +332,18 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
         layer_gets_in(&reg.log()[from..to], &layers)
     };
     assert!(!gets_of(plan, "Plan").is_empty(), "plan read no layer");
-    assert_eq!(
-        gets_of(apply, "Apply"),
-        Vec::<String>::new(),
-        "apply read layers again"
-    );
+    for j in &shards {
+        assert_eq!(
+            gets_of(j, "Apply"),
+            Vec::<String>::new(),
+            "a shard read layers again"
+        );
+    }
 
-    // The plan went to the job summary and to an artifact; it names exactly the tags apply took.
+    // The plan went to the job summary and to an artifact; it names exactly the tags the
+    // shards took between them.
     let wf = work.path().join("wf");
-    let plan_json: Value = serde_json::from_slice(
-        &std::fs::read(wf.join("artifacts/runner-patch-plan-cuda/plan-cuda.json"))
-            .expect("plan artifact"),
-    )
-    .expect("plan json");
+    let plan_json = read_json(&wf.join("artifacts/runner-patch-plan/plan-cuda.json"));
     let plan_md = std::fs::read_to_string(wf.join("summary-plan.md")).expect("plan summary");
     assert!(
         plan_md.contains("### runner-patch plan: 2 images (2 patched)"),
@@ -284,38 +358,69 @@ fn example_workflow_runs_plan_gate_apply_verify_against_a_registry() {
         .filter_map(|i| i["source"].as_str()?.rsplit(':').next())
         .collect();
     planned.sort();
-    assert_eq!(planned, ["cuda12.9-vllm0.27.1", "cuda13.0-vllm0.30.0"]);
+    assert_eq!(planned, planned_tags);
     assert_eq!(plan["outputs"]["tags"], planned.join(" "));
 
-    // The digest map artifact: the tags serve what it says (read by skopeo with the same
-    // credentials), the apply summary matches it, and verify passed.
-    let map: Value = serde_json::from_slice(
-        &std::fs::read(wf.join("artifacts/runner-patch-map-cuda/map-cuda.json"))
-            .expect("map artifact"),
-    )
-    .expect("map json");
-    let images = map["images"].as_array().expect("images");
-    assert_eq!(images.len(), 2);
-    for img in images {
+    // Each shard applied its share (one tag each here), verified it, and kept its own map.
+    let mut applied = Vec::new();
+    for k in 1..=2 {
+        let map = read_json(&wf.join(format!(
+            "artifacts/runner-patch-map-cuda-{k}/map-cuda-{k}.json"
+        )));
+        let images = map["images"].as_array().expect("images");
+        assert_eq!(images.len(), 1, "shard {k}: {map:#}");
+        applied.push(images[0]["target"].as_str().expect("target").to_owned());
+        let md =
+            std::fs::read_to_string(wf.join(format!("summary-apply-{k}.md"))).expect("summary");
+        let (apply_part, verify_part) = md
+            .split_once("### runner-patch verify")
+            .unwrap_or_else(|| panic!("no verify summary in\n{md}"));
+        assert_summary_matches(apply_part, &map);
+        assert!(
+            verify_part.starts_with(": every image checks out"),
+            "{verify_part}"
+        );
+    }
+    applied.sort();
+    assert_eq!(applied, planned_tags.map(|t| format!("{}:{t}", reg.repo())));
+
+    // The joined map: record for record the unsharded run's; the tags serve what it says
+    // (skopeo, with the same credentials); verify passed on it in the join job.
+    let joined = read_json(&wf.join("artifacts/runner-patch-map/runner-patch-map.json"));
+    assert_eq!(records(&joined), records(&unsharded));
+    for img in joined["images"].as_array().expect("images") {
         assert_eq!(img["outcome"], "patched");
         let served = skopeo_creds(img["target"].as_str().expect("target"));
         assert_eq!(Some(served.as_str()), img["patched_digest"].as_str());
-        // Plan and apply computed the same images.
         let planned = plan_json["images"]
             .as_array()
             .and_then(|a| a.iter().find(|p| p["source"] == img["source"]))
             .expect("planned image");
         assert_eq!(planned["patched_digest"], img["patched_digest"]);
     }
-    let apply_md = std::fs::read_to_string(wf.join("summary-apply.md")).expect("apply summary");
-    let (apply_part, verify_part) = apply_md
-        .split_once("### runner-patch verify")
-        .unwrap_or_else(|| panic!("no verify summary in\n{apply_md}"));
-    assert_summary_matches(apply_part, &map);
+    let join_md = std::fs::read_to_string(wf.join("summary-join.md")).expect("join summary");
     assert!(
-        verify_part.starts_with(": every image checks out"),
-        "{verify_part}"
+        join_md.contains("### runner-patch verify: every image checks out"),
+        "{join_md}"
     );
+
+    // rollback takes the joined map as any map: every tag is back on its original.
+    let joined_path = wf.join("artifacts/runner-patch-map/runner-patch-map.json");
+    let rb = Tool::new("rollback")
+        .cwd(work.path())
+        .arg("--digest-map")
+        .arg(&joined_path)
+        .env("DOCKER_CONFIG", &cfg)
+        .run();
+    assert_eq!(rb.code, 0, "{}{}", rb.stdout, rb.stderr);
+    for tag in DEMO_CUDA {
+        let original = seeded["images"][*tag]["digest"].as_str().expect("digest");
+        assert_eq!(
+            skopeo_creds(&format!("{}:{tag}", reg.repo())),
+            original,
+            "{tag}"
+        );
+    }
 }
 
 #[test]

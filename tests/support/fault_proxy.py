@@ -1,7 +1,7 @@
 """Fault-injecting HTTP/1.1 reverse proxy in front of a local registry.
 
     python3 -m tests.support.fault_proxy --upstream 127.0.0.1:PORT --plan PLAN.json [--log FILE]
-                                         [--port N] [--lifetime SECONDS]
+                                         [--user U --password P] [--port N] [--lifetime SECONDS]
 
 Forwards every request to the upstream and streams bodies both ways (no
 body is held in memory). Client side: persistent connections (keep-alive)
@@ -11,21 +11,32 @@ and `Host: UPSTREAM`; `Location` headers pointing at the upstream are rewritten
 to the proxy, `WWW-Authenticate` passes unchanged. `Expect: 100-continue` is
 answered by the proxy itself. Chunked bodies are decoded and re-chunked.
 
-PLAN.json is a list of rules {"match": {"method", "path_regex", "nth"}, "fault"}.
-`path_regex` is searched in the request target (path and query); `nth` is a
-list of 1-based counts of the requests matching method and path_regex (omit:
-every one). Each rule counts on its own; the first rule whose nth fits wins.
+PLAN.json is a list of rules {"match": {"method", "path_regex", "headers", "nth"},
+"fault"}. `path_regex` is searched in the request target (path and query);
+`headers` maps header names to regexes searched in their values (a missing
+header does not match); `nth` is a list of 1-based counts of the requests
+matching method, path_regex and headers (omit: every one). Each rule counts on its own; the first rule whose nth fits wins.
 The file is re-read on every request; when its content changes the rules and
 counters start afresh (a parse error keeps the old plan). Fault kinds:
 reset_after_bytes, status, truncate, flip_byte, reset_request_after_bytes,
-html, drop_header, add_header, content_type, delay, hold -- see README.md for each one.
+html, drop_header, add_header, set_header, content_type, delay, hold,
+stall_after_bytes, ignore_range, redirect -- see README.md for each one.
 
---log FILE gets one JSON line per request: method, path, status, fault, rule,
-nth, req_bytes, resp_bytes, outcome, error. Ready-line: {"addr", "upstream"}.
+A second listener, `elsewhere` (another origin, as a CDN is), serves what a
+`redirect` fault points at: `/_signed/<id>/<original target>`, forwarded upstream
+for as many requests as the redirect allowed, 403 after that (a signed URL that
+expired). With --user/--password the proxy's own listener wants those Basic
+credentials (401 otherwise); `elsewhere` never asks.
+
+--log FILE gets one JSON line per request: listener, method, path, range (the
+Range header), authorization (whether one came), status, content_range, fault,
+rule, nth, req_bytes, resp_bytes, outcome, error.
+Ready-line: {"addr", "elsewhere", "upstream"}.
 """
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import re
@@ -43,13 +54,15 @@ HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
 TIMEOUT = 60.0
 CHUNK = 64 * 1024
 HTML = b"<!DOCTYPE html><html><head><title>Proxy</title></head><body><h1>Welcome</h1></body></html>"
+EXPIRED = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+           "<Message>Request has expired</Message></Error>")
 
 
 class Plan:
     def __init__(self, path, log):
         self.path, self.log, self.raw, self.rules, self.counts = path, log, None, [], []
 
-    def pick(self, method, target):
+    def pick(self, method, target, headers=()):
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
@@ -60,6 +73,7 @@ class Plan:
                 rules = json.loads(raw or b"[]")
                 for r in rules:
                     r["_re"] = re.compile(r.get("match", {}).get("path_regex", ""))
+                    r["_hre"] = {k: re.compile(v) for k, v in r.get("match", {}).get("headers", {}).items()}
                 self.raw, self.rules, self.counts = raw, rules, [0] * len(rules)
                 self.log.info("plan loaded: %d rule(s)", len(rules))
             except (ValueError, TypeError, AttributeError, re.error) as e:
@@ -70,6 +84,8 @@ class Plan:
             if m.get("method") and m["method"].upper() != method:
                 continue
             if not r["_re"].search(target):
+                continue
+            if any(not rx.search(get(headers, k) or "\0") for k, rx in r["_hre"].items()):
                 continue
             self.counts[i] += 1
             nths = [m["nth"]] if isinstance(m.get("nth"), int) else m.get("nth")
@@ -161,13 +177,19 @@ class Proxy:
     def __init__(self, args, log):
         self.up_host, _, port = args.upstream.rpartition(":")
         self.up_port, self.upstream = int(port), args.upstream
-        self.plan, self.log, self.addr = Plan(args.plan, log), log, None
+        self.plan, self.log, self.addr, self.elsewhere = Plan(args.plan, log), log, None, None
         self.logfh, self.lock = (open(args.log, "a") if args.log else None), threading.Lock()
+        self.basic = None
+        if args.user is not None:
+            pair = f"{args.user}:{args.password or ''}".encode()
+            self.basic = "Basic " + base64.b64encode(pair).decode()
+        # Signed locations handed out by `redirect`: id -> [requests allowed, requests made].
+        self.signed, self.next_id = {}, 0
 
-    async def client(self, reader, writer):
+    async def client(self, reader, writer, listener="registry"):
         writer.transport.set_write_buffer_limits(0)
         try:
-            while await self.exchange(reader, writer):
+            while await self.exchange(reader, writer, listener):
                 pass
             writer.close()
         except Reset:
@@ -177,23 +199,38 @@ class Proxy:
             self.log.info("connection ended: %r", e)
             writer.transport.abort()
 
-    async def exchange(self, creader, cwriter):
+    async def exchange(self, creader, cwriter, listener):
         head = await read_head(creader, timeout=120)
         if head is None:
             return False
         first, headers = head
         method, target, version = first.split(" ", 2)
-        rule, nth, fault = self.plan.pick(method, target)
+        auth = get(headers, "Authorization")
+        rule, nth, fault = None, None, None
+        if listener == "elsewhere":
+            fault = self.signed_fault(target)
+        elif self.basic is not None and auth != self.basic:
+            fault = {"kind": "status", "code": 401,
+                     "headers": {"WWW-Authenticate": 'Basic realm="fault-proxy"'}}
+        else:
+            rule, nth, fault = self.plan.pick(method, target, headers)
         kind = (fault or {}).get("kind")
-        rec = {"time": time.time(), "method": method, "path": target, "rule": rule, "nth": nth,
-               "fault": fault, "status": None, "req_bytes": 0, "resp_bytes": 0,
-               "outcome": "ok", "error": None}
+        rec = {"time": time.time(), "listener": listener, "method": method, "path": target,
+               "range": get(headers, "Range"), "authorization": auth is not None,
+               "rule": rule, "nth": nth, "fault": fault, "status": None, "content_range": None,
+               "req_bytes": 0, "resp_bytes": 0, "outcome": "ok", "error": None}
         keep = version == "HTTP/1.1" and (get(headers, "Connection") or "").lower() != "close"
         expect = (get(headers, "Expect") or "").lower() == "100-continue"
         req_fr = framing(headers)
         if req_fr[0] == "eof":
             req_fr = ("none", 0)
         try:
+            if kind == "redirect":
+                fault = self.sign(fault, target)
+                kind = "status"
+            if kind == "signed":
+                target = fault["target"]
+                headers = [(k, v) for k, v in headers if k.lower() != "authorization"]
             if kind in ("status", "html"):
                 return await self.local(cwriter, creader, fault, req_fr, expect, keep, rec)
             if kind == "delay":
@@ -238,7 +275,8 @@ class Proxy:
         ureader, uwriter = await asyncio.wait_for(
             asyncio.open_connection(self.up_host, self.up_port), TIMEOUT)
         try:
-            fwd = [(k, v) for k, v in headers if k.lower() not in HOP | {"host", "content-length"}]
+            dropped = HOP | {"host", "content-length"} | ({"range"} if kind == "ignore_range" else set())
+            fwd = [(k, v) for k, v in headers if k.lower() not in dropped]
             fwd.append(("Host", self.upstream))
             fwd.append(("Connection", "close"))
             if req_fr[0] == "length":
@@ -280,9 +318,30 @@ class Proxy:
                 keep = False
             elif sender.exception():
                 raise sender.exception()
-            return await self.respond(ureader, cwriter, method, resp, keep, fault, rec)
+            return await self.respond(ureader, creader, cwriter, method, resp, keep, fault, rec)
         finally:
             uwriter.transport.abort()
+
+    def sign(self, fault, target):
+        """A `redirect` fault as the local 307 it answers: a new signed location on the
+        `elsewhere` listener, good for `valid_for` requests."""
+        self.next_id += 1
+        self.signed[self.next_id] = [int(fault.get("valid_for", 1000000)), 0]
+        location = f"http://{self.elsewhere}/_signed/{self.next_id}{target}"
+        return {"kind": "status", "code": int(fault.get("code", 307)), "headers": {"Location": location}}
+
+    def signed_fault(self, target):
+        """What the `elsewhere` listener does with a request: forward it upstream (as its
+        original target) while its signature is good, else 403 (expired) or 404 (unknown)."""
+        m = re.match(r"^/_signed/(\d+)(/.*)$", target)
+        entry = self.signed.get(int(m.group(1))) if m else None
+        if entry is None:
+            return {"kind": "status", "code": 404}
+        if entry[1] >= entry[0]:
+            return {"kind": "status", "code": 403, "body": EXPIRED,
+                    "headers": {"Content-Type": "application/xml"}}
+        entry[1] += 1
+        return {"kind": "signed", "target": m.group(2)}
 
     async def hold(self, creader, fault):
         """Signal that the request arrived (by creating the `signal` file), then answer nothing
@@ -323,7 +382,7 @@ class Proxy:
         await uwriter.drain()
         return False
 
-    async def respond(self, ureader, cwriter, method, resp, keep, fault, rec):
+    async def respond(self, ureader, creader, cwriter, method, resp, keep, fault, rec):
         kind = fault.get("kind")
         first, headers = resp
         status = int(first.split(" ")[1])
@@ -338,9 +397,14 @@ class Proxy:
                 v = f"http://{self.addr}" + v[len(f"http://{self.upstream}"):]
             if lk == "content-type" and kind == "content_type":
                 v = fault["value"]
+            if kind == "set_header" and lk == fault["name"].lower():
+                continue
             out.append((k, v))
         if kind == "content_type" and get(headers, "Content-Type") is None:
             out.append(("Content-Type", fault["value"]))
+        if kind == "set_header":
+            out.append((fault["name"], fault["value"]))
+        rec["content_range"] = get(out, "Content-Range")
         if kind == "add_header":
             out.append((fault["name"], fault["value"]))
         if fr[0] == "chunked":
@@ -349,7 +413,7 @@ class Proxy:
             keep = False
         out.append(("Connection", "keep-alive" if keep else "close"))
         cwriter.write(head_bytes(first, out))
-        cut = int(fault["bytes"]) if kind in ("reset_after_bytes", "truncate") else None
+        cut = int(fault["bytes"]) if kind in ("reset_after_bytes", "truncate", "stall_after_bytes") else None
         flip = int(fault["offset"]) if kind == "flip_byte" else None
         pos = 0
         async for data in body_chunks(ureader, fr):
@@ -363,6 +427,10 @@ class Proxy:
                     cwriter.write(encode(fr, data))
                 rec["resp_bytes"] = cut
                 await cwriter.drain()
+                if kind == "stall_after_bytes":
+                    rec["outcome"] = "stalled"
+                    await self.hold(creader, fault)
+                    return False
                 if kind == "truncate":
                     rec["outcome"] = "truncated"
                     cwriter.close()
@@ -373,7 +441,7 @@ class Proxy:
             pos += len(data)
             rec["resp_bytes"] = pos
             await cwriter.drain()
-        if cut is not None:  # body shorter than the cut: it went through whole
+        if cut is not None and kind != "stall_after_bytes":  # body shorter than the cut: whole
             rec["outcome"] = "reset" if kind == "reset_after_bytes" else "truncated"
             if kind == "reset_after_bytes":
                 raise Reset()
@@ -387,14 +455,17 @@ async def amain(args, log):
     proxy = Proxy(args, log)
     server = await asyncio.start_server(proxy.client, "127.0.0.1", args.port)
     proxy.addr = "127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+    other = await asyncio.start_server(lambda r, w: proxy.client(r, w, "elsewhere"), "127.0.0.1", 0)
+    proxy.elsewhere = "127.0.0.1:%d" % other.sockets[0].getsockname()[1]
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     _common.start_watchdog(args.lifetime, lambda: loop.call_soon_threadsafe(stop.set), log)
     log.info("proxying %s -> %s, plan %s", proxy.addr, args.upstream, args.plan)
-    _common.ready({"addr": proxy.addr, "upstream": args.upstream})
+    _common.ready({"addr": proxy.addr, "elsewhere": proxy.elsewhere, "upstream": args.upstream})
     await stop.wait()
     server.close()
+    other.close()
     log.info("stopped")
 
 
@@ -403,6 +474,8 @@ def main(argv=None):
     p.add_argument("--upstream", required=True, help="127.0.0.1:PORT")
     p.add_argument("--plan", required=True, help="JSON rule list, re-read on every request")
     p.add_argument("--log", help="JSON-lines request log")
+    p.add_argument("--user", help="Basic credentials the proxy's own listener wants (with --password)")
+    p.add_argument("--password", help="see --user")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--lifetime", type=float, default=1800, help="exit after this many seconds")
     p.add_argument("-v", "--verbose", action="store_true")

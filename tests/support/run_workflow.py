@@ -6,24 +6,31 @@ workflow is exercised rather than only linted.
         [--input K=V]... [--secret K=V]... [--var K=V]... [--path DIR]... [--watch FILE]...
 
 Jobs run in `needs` order, each as on a fresh machine (its own workspace and RUNNER_TEMP);
-steps in order. `run:` blocks run with the step's shell and the merged `env:` maps (workflow,
+steps in order. A job with `strategy.matrix` (axes of lists, `include`, `exclude`, or an
+expression such as `${{ fromJSON(needs.plan.outputs.matrix) }}`) runs once per combination,
+one after the other, each on its own machine with its `matrix` context; the job's result is
+`failure` when any of them failed, and its outputs are the last one's. `run:` blocks run with the step's shell and the merged `env:` maps (workflow,
 job, step); GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files work as on
 GitHub, with GITHUB_ACTIONS=true. `${{ }}` expressions are evaluated only for the small
 grammar this project's workflows use (contexts inputs, secrets, vars, github, runner, steps,
-needs; `||`, `==`, `!=`, string literals, always(), success(), failure()); anything else is an
-error, never silently empty. `uses:` steps are simulated for actions/upload-artifact and
-actions/download-artifact (DIR/artifacts/NAME/) and actions/cache/save and restore (exact
-key, DIR/caches/KEY/); any other action is an error. The `environment:` approval gate is
+needs, env, matrix; `||`, `&&`, `==`, `!=`, `!`, parentheses, string literals, always(),
+success(), failure(), fromJSON(x)); anything else is an error, never silently empty. `uses:`
+steps are simulated for actions/upload-artifact and actions/download-artifact (DIR/artifacts/
+NAME/; `name`, or `pattern` with `merge-multiple`) and actions/cache/save and restore (exact
+key, DIR/caches/KEY/); any other action is an error. YAML anchors and aliases are read as
+PyYAML reads them. The `environment:` approval gate is
 recorded as approved. `--watch FILE` records FILE's size before and after each run step
 (`watch` in the report), so a caller can tell which step wrote which lines of a log.
 
-Writes DIR/report.json: {"ok", "jobs": [{"id", "result", "environment", "outputs", "steps":
-[{"name", "kind", "outcome", "exit_code"}]}]}, and DIR/summary-JOB.md (the job summary).
+Writes DIR/report.json: {"ok", "jobs": [{"id", "matrix" (a matrix job's combination),
+"result", "environment", "outputs", "steps": [{"name", "kind", "outcome", "exit_code"}]}]},
+and DIR/summary-JOB.md (the job summary; DIR/summary-JOB-K.md for a matrix job's K-th run).
 Exit status: 0 when every job succeeded or was skipped by its `if:`, 1 otherwise.
 Needs PyYAML.
 """
 
 import argparse
+import fnmatch
 import glob
 import json
 import os
@@ -34,7 +41,8 @@ import sys
 
 import yaml
 
-EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+# One `${{ }}`, never reaching into the next (a whole-value match must not span two).
+EXPR = re.compile(r"\$\{\{((?:(?!\}\}).)*)\}\}", re.S)
 SHELLS = {
     "bash": ["bash", "--noprofile", "--norc", "-eo", "pipefail", "{0}"],
     "sh": ["sh", "-e", "{0}"],
@@ -96,6 +104,13 @@ def evaluate(expr, ctx):
                 raise WorkflowError(f"unbalanced parentheses in {expr!r}")
             pos += 1
             return v
+        if kind == "name" and peek() == ("op", "("):
+            pos += 1
+            arg = disj()
+            if peek() != ("op", ")"):
+                raise WorkflowError(f"unbalanced parentheses in {expr!r}")
+            pos += 1
+            return call(val, arg, expr)
         if kind == "name":
             return lookup(val, ctx, expr)
         raise WorkflowError(f"unexpected {val!r} in {expr!r}")
@@ -135,6 +150,15 @@ def evaluate(expr, ctx):
     return v
 
 
+def call(fn, arg, expr):
+    if fn == "fromJSON":
+        try:
+            return json.loads(arg if isinstance(arg, str) else json.dumps(arg))
+        except ValueError as e:
+            raise WorkflowError(f"fromJSON of {arg!r}: {e} ({expr!r})")
+    raise WorkflowError(f"function {fn}() is not supported by this runner ({expr!r})")
+
+
 def truthy(v):
     return v not in (None, "", False, 0)
 
@@ -151,7 +175,7 @@ def lookup(name, ctx, expr):
         raise WorkflowError(f"function {fn}() is not supported by this runner ({expr!r})")
     parts = name.split(".")
     root = parts[0]
-    if root not in ("inputs", "secrets", "vars", "github", "runner", "steps", "needs", "env"):
+    if root not in ("inputs", "secrets", "vars", "github", "runner", "steps", "needs", "env", "matrix"):
         raise WorkflowError(f"context {root!r} is not supported by this runner ({expr!r})")
     cur = ctx[root]
     for p in parts[1:]:
@@ -164,6 +188,45 @@ def lookup(name, ctx, expr):
                 return ""
             raise WorkflowError(f"{name} is not defined ({expr!r})")
     return cur
+
+
+def value_of(value, ctx):
+    """A value that may be one whole `${{ }}` expression, evaluated to what it gives (a
+    matrix from fromJSON), else substituted as text."""
+    if isinstance(value, str):
+        whole = EXPR.fullmatch(value.strip())
+        if whole:
+            return evaluate(whole.group(1), ctx)
+    return substitute(value, ctx)
+
+
+def combinations(matrix):
+    """The job runs a `strategy.matrix` asks for: axes crossed, `exclude` taken out, `include`
+    entries added (or merged into the combinations they extend, as GitHub does)."""
+    if not isinstance(matrix, dict):
+        raise WorkflowError(f"matrix {matrix!r} is not a mapping")
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    combos = [{}]
+    for k, values in axes.items():
+        if not isinstance(values, list):
+            raise WorkflowError(f"matrix axis {k} is not a list")
+        combos = [dict(c, **{k: v}) for c in combos for v in values]
+    if not axes:
+        combos = []
+    for ex in matrix.get("exclude") or []:
+        combos = [c for c in combos if any(c.get(k) != v for k, v in ex.items())]
+    originals = list(combos)
+    for inc in matrix.get("include") or []:
+        extended = False
+        for c in originals:
+            if all(c.get(k) == v for k, v in inc.items() if k in axes):
+                c.update({k: v for k, v in inc.items() if k not in axes})
+                extended = True
+        if not extended:
+            combos.append(dict(inc))
+    if not combos:
+        raise WorkflowError("the matrix has no combination")
+    return combos
 
 
 def substitute(value, ctx):
@@ -259,13 +322,22 @@ def upload_artifact(with_, workspace, artifacts):
 
 
 def download_artifact(with_, workspace, artifacts):
-    name = with_.get("name")
-    src = os.path.join(artifacts, name)
-    if not os.path.isdir(src):
-        raise WorkflowError(f"download-artifact: no artifact {name}")
     dest = os.path.join(workspace, with_.get("path") or ".")
-    shutil.copytree(src, dest, dirs_exist_ok=True)
-    return f"artifact {name} downloaded"
+    name = with_.get("name")
+    if name:
+        src = os.path.join(artifacts, name)
+        if not os.path.isdir(src):
+            raise WorkflowError(f"download-artifact: no artifact {name}")
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+        return f"artifact {name} downloaded"
+    # Every artifact whose name matches `pattern`: each in its own folder, or all in one.
+    pattern = with_.get("pattern") or "*"
+    merge = str(with_.get("merge-multiple", "false")).lower() == "true"
+    names = sorted(n for n in os.listdir(artifacts) if fnmatch.fnmatchcase(n, pattern))
+    for n in names:
+        shutil.copytree(os.path.join(artifacts, n), dest if merge else os.path.join(dest, n),
+                        dirs_exist_ok=True)
+    return f"{len(names)} artifact(s) matching {pattern} downloaded"
 
 
 def cache_save(with_, caches):
@@ -289,18 +361,20 @@ def watched(paths):
     return [os.path.getsize(p) if os.path.exists(p) else 0 for p in paths]
 
 
-def run_job(job_id, job, wf, args, ctx_base, work, artifacts):
-    base = os.path.join(work, "jobs", job_id)
+def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index=None):
+    run_name = job_id if index is None else f"{job_id}-{index}"
+    base = os.path.join(work, "jobs", run_name)
     workspace, temp = os.path.join(base, "workspace"), os.path.join(base, "temp")
     os.makedirs(workspace, exist_ok=True)
     os.makedirs(temp, exist_ok=True)
-    summary_path = os.path.join(work, f"summary-{job_id}.md")
+    summary_path = os.path.join(work, f"summary-{run_name}.md")
     open(summary_path, "w").close()
     env_file = os.path.join(base, "github_env")
     path_file = os.path.join(base, "github_path")
     open(env_file, "w").close()
     open(path_file, "w").close()
-    ctx = dict(ctx_base, runner={"temp": temp, "os": "Linux", "arch": "X64"}, steps={}, failed=False, env={})
+    ctx = dict(ctx_base, runner={"temp": temp, "os": "Linux", "arch": "X64"}, steps={}, failed=False, env={},
+               matrix=matrix or {})
     shell_default = ((wf.get("defaults") or {}).get("run") or {}).get("shell")
     shell_default = ((job.get("defaults") or {}).get("run") or {}).get("shell", shell_default) or "bash"
     wf_env = {k: substitute(v, ctx) for k, v in (wf.get("env") or {}).items()}
@@ -442,17 +516,28 @@ def main():
             job = jobs[job_id]
             needs = job.get("needs") or []
             needs = [needs] if isinstance(needs, str) else needs
-            ctx = dict(ctx_base, failed=any(ctx_base["needs"][n]["result"] != "success" for n in needs), env={}, steps={}, runner={})
-            entry = {"id": job_id, "environment": job.get("environment")}
+            ctx = dict(ctx_base, failed=any(ctx_base["needs"][n]["result"] != "success" for n in needs), env={}, steps={},
+                       runner={}, matrix={})
+            entries = []
             if not condition(job.get("if"), ctx):
-                entry.update(result="skipped", outputs={}, steps=[])
+                entries.append({"id": job_id, "environment": job.get("environment"), "result": "skipped",
+                                "outputs": {}, "steps": []})
             else:
-                if job.get("environment"):
-                    print(f"[{job_id}] environment {job['environment']}: approval gate (approved by this runner)", file=sys.stderr)
-                entry.update(run_job(job_id, job, wf, args, ctx_base, args.work, artifacts))
-            ctx_base["needs"][job_id] = {"result": entry["result"], "outputs": entry["outputs"]}
-            report["jobs"].append(entry)
-            if entry["result"] == "failure":
+                matrix = (job.get("strategy") or {}).get("matrix")
+                runs = [(None, None)] if matrix is None else list(enumerate(combinations(value_of(matrix, ctx)), 1))
+                for index, combo in [(i, c) for i, c in runs]:
+                    entry = {"id": job_id, "environment": job.get("environment")}
+                    if combo is not None:
+                        entry["matrix"] = combo
+                    if job.get("environment"):
+                        print(f"[{job_id}] environment {job['environment']}: approval gate (approved by this runner)",
+                              file=sys.stderr)
+                    entry.update(run_job(job_id, job, wf, args, ctx_base, args.work, artifacts, combo, index))
+                    entries.append(entry)
+            result = "failure" if any(e["result"] == "failure" for e in entries) else entries[-1]["result"]
+            ctx_base["needs"][job_id] = {"result": result, "outputs": entries[-1]["outputs"]}
+            report["jobs"].extend(entries)
+            if result == "failure":
                 report["ok"] = False
     except WorkflowError as e:
         report["ok"] = False

@@ -144,6 +144,51 @@ def main():
     r, body = call(px, "GET", mpath, headers={"Accept": ACCEPT})
     check("delay", r.status == 200 and time.monotonic() - t0 >= 1.0, f"{time.monotonic() - t0:.2f}s")
 
+    # Range faults: a registry that ignores Range, a wrong Content-Range, a stall mid-range.
+    rng = {"Range": "bytes=1000-1999"}
+    plan([])
+    r, body = call(px, "GET", bpath, headers=rng)
+    check("range: 206 passes through", r.status == 206 and body == blob[1000:2000]
+          and r.getheader("Content-Range") == f"bytes 1000-1999/{len(blob)}")
+    plan([{"match": {"path_regex": "/blobs/"}, "fault": {"kind": "ignore_range"}}])
+    r, body = call(px, "GET", bpath, headers=rng)
+    check("ignore_range: 200 with the whole blob", r.status == 200 and body == blob)
+    plan([{"match": {"path_regex": "/blobs/"},
+           "fault": {"kind": "set_header", "name": "Content-Range", "value": "bytes 0-999/300000"}}])
+    r, body = call(px, "GET", bpath, headers=rng)
+    check("set_header: Content-Range replaced, body unchanged", r.status == 206 and body == blob[1000:2000]
+          and r.getheader("Content-Range") == "bytes 0-999/300000")
+    plan([{"match": {"path_regex": "/blobs/", "headers": {"Range": "^bytes=1000-"}},
+           "fault": {"kind": "status", "code": 500}}])
+    codes = [call(px, "GET", bpath, headers=h)[0].status for h in (rng, {"Range": "bytes=0-9"}, {})]
+    check("match on a header: only that range", codes == [500, 206, 200], codes)
+    plan([{"match": {"path_regex": "/blobs/"}, "fault": {"kind": "stall_after_bytes", "bytes": 100}}])
+    c = conn(px)
+    c.timeout = 1.0
+    c.request("GET", bpath, headers=rng)
+    r = c.getresponse()
+    got, err = b"", None
+    try:
+        while chunk := r.read1(65536):
+            got += chunk
+    except TimeoutError as e:
+        err = e
+    check("stall_after_bytes: N bytes, then silence", err is not None and got == blob[1000:1100],
+          f"{type(err).__name__} after {len(got)} bytes")
+
+    # A redirect to the other listener, good for two requests, then expired; no credentials
+    # ever reach it from this client, and it needs none.
+    plan([{"match": {"method": "GET", "path_regex": "/blobs/"}, "fault": {"kind": "redirect", "valid_for": 2}}])
+    r, _ = call(px, "GET", bpath, headers=rng)
+    loc = r.getheader("Location") or ""
+    check("redirect: 307 to the other listener", r.status == 307 and "/_signed/" in loc
+          and not loc.startswith(f"http://{px}/"), loc)
+    other, path = loc.split("://", 1)[1].split("/", 1)
+    got = [call(other, "GET", "/" + path, headers=rng) for _ in range(3)]
+    check("redirect: the location serves the range twice, then 403",
+          [g[0].status for g in got] == [206, 206, 403] and got[0][1] == blob[1000:2000],
+          [g[0].status for g in got])
+
     # Uploads: Location rewritten to the proxy; a reset mid-body leaves no blob.
     plan([{"match": {"method": "PUT", "path_regex": "/blobs/uploads/"},
            "fault": {"kind": "reset_request_after_bytes", "bytes": 1000}}])
@@ -180,7 +225,8 @@ def main():
     with open(a.log) as f:
         kinds = {(json.loads(x)["fault"] or {}).get("kind") for x in f}
     want = {"reset_after_bytes", "status", "truncate", "flip_byte", "html", "drop_header", "add_header",
-            "content_type", "delay", "reset_request_after_bytes", None}
+            "content_type", "delay", "reset_request_after_bytes", "ignore_range", "set_header",
+            "stall_after_bytes", "redirect", "signed", None}
     check("proxy log records every fault kind", want <= kinds, sorted(map(str, kinds)))
 
 

@@ -27,19 +27,8 @@ pub(crate) fn chunks(
     desc: &Descriptor,
     permit: Option<OwnedSemaphorePermit>,
 ) -> impl Stream<Item = Result<Bytes, Error>> + Send + 'static {
-    let download = Download {
-        t: t.clone(),
-        repo: repo.clone(),
-        desc: desc.clone(),
-        what: format!("{repo}@{}", desc.digest),
-        skip: 0,
-        body: None,
-        permit,
-        failures: 0,
-        progress: Instant::now(),
-        done: false,
-        tally: Tally::new(),
-    };
+    let mut download = Download::rest(t, repo, desc, Tally::new(), None);
+    download.permit = permit;
     futures_util::stream::unfold(download, |mut d| async move {
         let item = d.next().await?;
         Some((item, d))
@@ -47,7 +36,7 @@ pub(crate) fn chunks(
 }
 
 /// One download's state between chunks.
-struct Download {
+pub(super) struct Download {
     t: Transport,
     repo: Repo,
     desc: Descriptor,
@@ -63,13 +52,43 @@ struct Download {
     done: bool,
     /// The bytes passed on so far (the offset to resume from) and their hash.
     tally: Tally,
+    /// An answer already open on the whole blob, read before any new request.
+    opened: Option<Answer>,
 }
 
 type Item = Option<Result<Bytes, Error>>;
 
 impl Download {
+    /// The rest of a blob as one stream, after the `tally.bytes` bytes already passed on (and
+    /// hashed in `tally`); `opened`, when given, is a GET already answered with the whole blob
+    /// (only from offset 0), read instead of a new request.
+    pub(super) fn rest(
+        t: &Transport,
+        repo: &Repo,
+        desc: &Descriptor,
+        tally: Tally,
+        opened: Option<Answer>,
+    ) -> Self {
+        // A whole-blob answer is of use only where nothing was passed on yet.
+        let opened = opened.filter(|_| tally.bytes == 0);
+        Download {
+            t: t.clone(),
+            repo: repo.clone(),
+            desc: desc.clone(),
+            what: format!("{repo}@{}", desc.digest),
+            skip: 0,
+            body: None,
+            permit: None,
+            failures: 0,
+            progress: Instant::now(),
+            done: false,
+            tally,
+            opened,
+        }
+    }
+
     /// The next chunk; `None` once the blob is complete and verified, or after an error.
-    async fn next(&mut self) -> Item {
+    pub(super) async fn next(&mut self) -> Item {
         loop {
             if self.done {
                 return None;
@@ -119,7 +138,11 @@ impl Download {
     async fn open(&mut self) -> Option<Item> {
         let offset = self.tally.bytes;
         let permit = self.permit.take();
-        match get_from(&self.t, &self.repo, &self.desc, offset, permit).await {
+        let got = match self.opened.take() {
+            Some(answer) => Ok((answer, 0)),
+            None => get_from(&self.t, &self.repo, &self.desc, offset, permit).await,
+        };
+        match got {
             Ok((resp, skip)) => {
                 let left = self.desc.size - offset + skip;
                 if let Some(n) = resp.resp.content_length().filter(|n| *n > left) {

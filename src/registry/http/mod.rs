@@ -15,6 +15,7 @@ mod blobs;
 mod copy;
 mod download;
 mod manifests;
+mod ranges;
 mod referrers;
 mod tags;
 mod uploads;
@@ -76,6 +77,9 @@ impl Store for Http {
         Box::pin(blobs::exists(&self.transport, repo, digest))
     }
     fn blob_chunks(&self, repo: &Repo, desc: &Descriptor) -> Chunks {
+        if self.transport.ranges().applies_to(desc.size) {
+            return Box::pin(ranges::chunks(&self.transport, repo, desc));
+        }
         Box::pin(download::chunks(&self.transport, repo, desc, None))
     }
     fn blob_put<'a>(&'a self, repo: &'a Repo, digest: &'a str, bytes: Vec<u8>) -> Fut<'a, ()> {

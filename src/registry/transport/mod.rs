@@ -23,7 +23,7 @@ use super::auth::{Auth, Scope};
 use super::body::{describe, Answer, Window};
 use super::error::{Cause, Error, ErrorKind};
 use super::repo::Repo;
-use super::settings::{Limits, Retry, Settings};
+use super::settings::{Limits, Ranges, Retry, Settings};
 
 struct Inner {
     http: reqwest::Client,
@@ -32,6 +32,8 @@ struct Inner {
     settings: Settings,
     /// Requests in flight at once, across every task of the run.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Ranges of layers read or held at once, across every task of the run.
+    window: Arc<tokio::sync::Semaphore>,
 }
 
 /// One client for a run: connection pool, token cache, credentials, the run's bounds and the
@@ -80,6 +82,7 @@ impl Transport {
                 plain,
                 settings,
                 slots: Arc::new(tokio::sync::Semaphore::new(max_requests)),
+                window: Arc::new(tokio::sync::Semaphore::new(settings.ranges.parallel.max(1))),
             }),
         })
     }
@@ -90,6 +93,19 @@ impl Transport {
 
     pub fn retry(&self) -> Retry {
         self.inner.settings.retry
+    }
+
+    pub fn ranges(&self) -> Ranges {
+        self.inner.settings.ranges
+    }
+
+    /// A place among the ranges read or held at once (the window of every layer read in
+    /// ranges); it bounds their memory and their connections together.
+    pub async fn window_place(&self) -> OwnedSemaphorePermit {
+        match self.inner.window.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => unreachable!("the range window semaphore is never closed"),
+        }
     }
 
     /// The HTTP client itself, for a request that streams its body (`send` replays bodies).
