@@ -9,13 +9,14 @@
 //! snapshotter deletes the file, while umoci keeps it; no reading is safe, so none is written.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
+
+use sha2::Digest;
 
 use flate2::{Compression, GzBuilder};
 
 use crate::digest::HashingWriter;
 use crate::patch::verdict::Change;
-use crate::scan::FileEntry;
 
 /// A finished layer blob with both of its digests.
 #[derive(Debug, Clone)]
@@ -59,6 +60,7 @@ pub fn check_changes(changes: &[Change]) -> Result<(), LayerError> {
     for c in changes {
         let (path, writes) = match c {
             Change::Write(e) => (e.path.as_str(), true),
+            Change::Stream(s) => (s.entry.path.as_str(), true),
             Change::Whiteout(p) => (p.as_str(), false),
         };
         if !clean(path) {
@@ -95,6 +97,110 @@ pub fn check_changes(changes: &[Change]) -> Result<(), LayerError> {
     Ok(())
 }
 
+/// A streamed file's reader that counts and hashes what it gives, so a source that changed
+/// since it was checked (a wheel replaced in the cache) cannot slip into a layer.
+struct Checked<'a> {
+    path: &'a str,
+    size: u64,
+    sha256: &'a str,
+    read: u64,
+    hasher: sha2::Sha256,
+    inner: Box<dyn Read + Send>,
+}
+
+impl<'a> Checked<'a> {
+    fn new(path: &'a str, size: u64, sha256: &'a str, inner: Box<dyn Read + Send>) -> Self {
+        Checked {
+            path,
+            size,
+            sha256,
+            read: 0,
+            hasher: sha2::Sha256::new(),
+            inner,
+        }
+    }
+
+    /// Refuses the bytes read unless they are the size and sha256 the change named.
+    fn finish(self) -> std::io::Result<()> {
+        let got = crate::digest::finish(self.hasher);
+        if self.read != self.size || got.strip_prefix("sha256:") != Some(self.sha256) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the bytes of /{} changed: {} bytes with {got}, expected {} bytes with sha256:{}",
+                    self.path, self.read, self.size, self.sha256
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Read for Checked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // Never past the declared size: tar pads to it and a longer source must not shift entries.
+        let left = self.size.saturating_sub(self.read);
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = if want == 0 {
+            // One byte more tells a source longer than declared.
+            let mut probe = [0u8; 1];
+            let extra = self.inner.read(&mut probe)?;
+            self.read += extra as u64;
+            return Ok(0);
+        } else {
+            self.inner.read(&mut buf[..want])?
+        };
+        self.hasher.update(&buf[..n]);
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// Appends one entry: a written file with its own header (bytes in memory, or streamed and
+/// checked), or a whiteout stamped `whiteout_mtime`. Returns the entry's mtime.
+fn append_entry<W: Write>(
+    tar: &mut tar::Builder<W>,
+    path: &str,
+    change: Option<&Change>,
+    whiteout_mtime: u64,
+) -> Result<u64, LayerError> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    let e = match change {
+        Some(Change::Write(e)) => e,
+        Some(Change::Stream(s)) => &s.entry,
+        Some(Change::Whiteout(_)) | None => {
+            h.set_mtime(whiteout_mtime);
+            h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_size(0);
+            tar.append_data(&mut h, path, std::io::empty())?;
+            return Ok(whiteout_mtime);
+        }
+    };
+    h.set_mtime(e.mtime);
+    h.set_mode(e.mode);
+    h.set_uid(e.uid);
+    h.set_gid(e.gid);
+    if let Some(u) = &e.uname {
+        h.set_username(u)?;
+    }
+    if let Some(g) = &e.gname {
+        h.set_groupname(g)?;
+    }
+    if let Some(Change::Stream(s)) = change {
+        h.set_size(s.size);
+        let mut checked = Checked::new(path, s.size, &s.sha256, (s.open)()?);
+        tar.append_data(&mut h, path, &mut checked)?;
+        checked.finish()?;
+    } else {
+        h.set_size(e.content.len() as u64);
+        tar.append_data(&mut h, path, &e.content[..])?;
+    }
+    Ok(e.mtime)
+}
+
 /// Builds the layer of one patch's changes: each written file with its own header (kept from
 /// the file it replaces), each hidden path as a `.wh.<name>` entry stamped `whiteout_mtime`.
 /// Entries are sorted by path, so whiteouts in `__pycache__/` come before the module itself
@@ -114,10 +220,11 @@ pub fn build_changes(
     let mut tar = tar::Builder::new(uncompressed);
     tar.mode(tar::HeaderMode::Complete);
 
-    let mut entries: Vec<(String, Option<&FileEntry>)> = changes
+    let mut entries: Vec<(String, Option<&Change>)> = changes
         .iter()
         .map(|c| match c {
-            Change::Write(e) => (e.path.clone(), Some(e)),
+            Change::Write(e) => (e.path.clone(), Some(c)),
+            Change::Stream(s) => (s.entry.path.clone(), Some(c)),
             Change::Whiteout(w) => {
                 let (dir, name) = w.rsplit_once('/').unwrap_or(("", w.as_str()));
                 let path = if dir.is_empty() {
@@ -133,34 +240,8 @@ pub fn build_changes(
     entries.dedup_by(|a, b| a.0 == b.0);
     let mut latest = whiteout_mtime;
 
-    for (path, file) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Regular);
-        match file {
-            Some(e) => {
-                h.set_mtime(e.mtime);
-                latest = latest.max(e.mtime);
-                h.set_mode(e.mode);
-                h.set_uid(e.uid);
-                h.set_gid(e.gid);
-                if let Some(u) = &e.uname {
-                    h.set_username(u)?;
-                }
-                if let Some(g) = &e.gname {
-                    h.set_groupname(g)?;
-                }
-                h.set_size(e.content.len() as u64);
-                tar.append_data(&mut h, &path, &e.content[..])?;
-            }
-            None => {
-                h.set_mtime(whiteout_mtime);
-                h.set_mode(0o644);
-                h.set_uid(0);
-                h.set_gid(0);
-                h.set_size(0);
-                tar.append_data(&mut h, &path, std::io::empty())?;
-            }
-        }
+    for (path, change) in entries {
+        latest = latest.max(append_entry(&mut tar, &path, change, whiteout_mtime)?);
     }
     let uncompressed = tar.into_inner()?;
     let (gz, diff_id, _) = uncompressed.finish();
@@ -179,7 +260,47 @@ pub fn build_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::EntryKind;
+    use crate::patch::Streamed;
+    use crate::scan::{EntryKind, FileEntry};
+
+    fn streamed(bytes: &'static [u8], size: u64, sha256: String) -> Change {
+        let mut e = entry();
+        e.path = "opt/big.bin".into();
+        e.content = Vec::new().into();
+        Change::Stream(Box::new(Streamed {
+            entry: e,
+            size,
+            sha256,
+            open: std::sync::Arc::new(move || Ok(Box::new(bytes) as Box<dyn Read + Send>)),
+        }))
+    }
+
+    #[test]
+    fn streamed_file_is_written_and_checked() {
+        let good = crate::digest::sha256(b"payload");
+        let hex = good.trim_start_matches("sha256:").to_owned();
+        let l = build_changes(&[streamed(b"payload", 7, hex.clone())], 9, "m").expect("builds");
+        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&l.bytes[..]));
+        let mut found = Vec::new();
+        for e in ar.entries().expect("tar") {
+            let mut e = e.expect("entry");
+            let mut body = Vec::new();
+            e.read_to_end(&mut body).expect("read");
+            found.push((e.path().expect("path").display().to_string(), body));
+        }
+        assert_eq!(found, vec![("opt/big.bin".to_owned(), b"payload".to_vec())]);
+        // A source that gives other bytes, fewer or more than declared is refused.
+        for (bytes, size) in [
+            (&b"paylold"[..], 7),
+            (&b"pay"[..], 7),
+            (&b"payload!"[..], 7),
+        ] {
+            let e = build_changes(&[streamed(bytes, size, hex.clone())], 9, "m")
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains("/opt/big.bin changed"), "{e}");
+        }
+    }
 
     fn entry() -> FileEntry {
         FileEntry {

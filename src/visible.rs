@@ -297,6 +297,12 @@ impl<'a> Visible<'a> {
                 Change::Whiteout(p) => {
                     self.changed.insert(p.clone(), None);
                 }
+                // The header only: a later patch sees the file there, not its bytes (a kind
+                // that streams files does not hand them to content-reading kinds).
+                Change::Stream(s) => {
+                    self.changed
+                        .insert(s.entry.path.clone(), Some(s.entry.clone()));
+                }
             }
         }
         if let Some(c) = config {

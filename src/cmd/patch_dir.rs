@@ -20,6 +20,9 @@ fn to_json(results: &[(Meta, Verdict)], a: &PatchDirArgs) -> serde_json::Value {
                     Change::Write(e) => {
                         json!({"path": e.path, "action": "write", "mode": format!("{:o}", e.mode)})
                     }
+                    Change::Stream(s) => {
+                        json!({"path": s.entry.path, "action": "write", "mode": format!("{:o}", s.entry.mode)})
+                    }
                     Change::Whiteout(p) => json!({"path": p, "action": "whiteout"}),
                 })
                 .collect();
@@ -55,7 +58,7 @@ pub fn run(g: &Global, a: &PatchDirArgs) -> Result<Status> {
             if v.outcome == Outcome::Patched {
                 for c in &v.changes {
                     let what = match c {
-                        Change::Write(_) => "write",
+                        Change::Write(_) | Change::Stream(_) => "write",
                         Change::Whiteout(_) => "whiteout",
                     };
                     crate::output::print(&format!("  {what} /{}", c.path()))?;

@@ -82,7 +82,7 @@ pub fn with_whiteouts(changes: &[Change], tree: &dyn Tree) -> Vec<Change> {
         .iter()
         .filter_map(|c| match c {
             Change::Whiteout(p) => Some(format!("{p}/")),
-            Change::Write(_) => None,
+            Change::Write(_) | Change::Stream(_) => None,
         })
         .collect();
     for c in changes {

@@ -169,6 +169,22 @@ impl DirTree {
     }
 }
 
+/// Writes a change's bytes at `abs` (a streamed file copied from its reader).
+fn write_content(abs: &Path, c: &Change) -> Result<(), Error> {
+    let failed = |err: std::io::Error| io(format!("cannot write {}: {err}", abs.display()));
+    match c {
+        Change::Write(e) => std::fs::write(abs, e.content.as_slice()).map_err(failed),
+        Change::Stream(s) => {
+            let mut from = (s.open)().map_err(failed)?;
+            let mut to = std::fs::File::create(abs).map_err(failed)?;
+            std::io::copy(&mut from, &mut to)
+                .map(|_| ())
+                .map_err(failed)
+        }
+        Change::Whiteout(_) => Ok(()),
+    }
+}
+
 /// Writes changes into the tree at `root`: file contents with the entry's mode (and its owner,
 /// when it is not the file's already), parents created; whiteouts as removals (of a whole
 /// directory, too). Paths are real paths ([`Tree::resolve`]): no link is followed.
@@ -176,13 +192,17 @@ pub fn write_changes(root: &Path, changes: &[Change]) -> Result<(), Error> {
     for c in changes {
         let abs = root.join(c.path());
         match c {
-            Change::Write(e) => {
+            Change::Write(_) | Change::Stream(_) => {
+                let e = match c {
+                    Change::Stream(s) => &s.entry,
+                    Change::Write(e) => e,
+                    Change::Whiteout(_) => continue,
+                };
                 if let Some(parent) = abs.parent() {
                     std::fs::create_dir_all(parent)
                         .map_err(|err| io(format!("cannot create {}: {err}", parent.display())))?;
                 }
-                std::fs::write(&abs, e.content.as_slice())
-                    .map_err(|err| io(format!("cannot write {}: {err}", abs.display())))?;
+                write_content(&abs, c)?;
                 std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(e.mode & 0o7777))
                     .map_err(|err| io(format!("cannot chmod {}: {err}", abs.display())))?;
                 own(&abs, e)?;

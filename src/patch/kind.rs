@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::patch::dist::Input;
 use crate::patch::error::Error;
 use crate::patch::meta::Meta;
 use crate::patch::outcome::Outcome;
@@ -46,6 +47,21 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     /// Suffixes of files an appended layer of this patch must hold (`verify` names a layer
     /// without them).
     fn required_in_layer(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Whether `decide` reads the installed distributions (`Tree::dists`): a scan for them reads
+    /// every layer.
+    fn distributions(&self) -> bool {
+        false
+    }
+    /// Paths (relative to `/`) whose visible bytes `decide` or `check` must hash, given what a
+    /// first read showed: the planner reads those files again, hashing them as they stream by,
+    /// and the tree then answers `Tree::hashed` for them.
+    fn hashes(&self, _tree: &dyn Tree) -> Vec<String> {
+        Vec::new()
+    }
+    /// What the patch fetches from outside before any image is read (a lock's wheels by URL).
+    fn inputs(&self) -> Vec<Input> {
         Vec::new()
     }
     /// The decision on what an image shows: the whole patch logic, pure over the tree.

@@ -15,6 +15,7 @@ pub mod bytecode;
 pub mod catalogue;
 pub mod diff;
 pub mod dir;
+pub mod dist;
 pub mod env;
 pub mod error;
 pub mod files;
@@ -27,13 +28,14 @@ pub mod source;
 pub mod tree;
 pub mod verdict;
 
+pub use dist::{Dist, Input};
 pub use error::{Error, ErrorKind};
 pub use kind::{Description, Patch, PatchKind};
 pub use kinds::{load, load_folder};
 pub use meta::Meta;
 pub use outcome::Outcome;
 pub use tree::{Layered, Tree};
-pub use verdict::{About, Change, Checked, Seen, Verdict};
+pub use verdict::{About, Change, Checked, Opener, Seen, Streamed, Verdict};
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! image's layers, or an unpacked folder), and for `verify` a [`Layered`] tree that also says
 //! which layer each copy came from. Paths are relative to `/`, without a leading slash.
 
+use crate::patch::dist::Dist;
 use crate::patch::error::Error;
 use crate::scan::{FileEntry, LinkError, Node, Resolved};
 
@@ -44,6 +45,16 @@ pub trait Tree {
             node,
             via: Vec::new(),
         })
+    }
+    /// Every installed distribution the image shows (each visible `*.dist-info` directory with
+    /// its metadata files), when the patch asked for them (`PatchKind::distributions`).
+    fn dists(&self) -> Vec<Dist> {
+        Vec::new()
+    }
+    /// The sha256 (`sha256:<hex>`) of the visible regular file at `path`, for the paths a patch
+    /// asked to have hashed in a second read (`PatchKind::hashes`); `None` otherwise.
+    fn hashed(&self, _path: &str) -> Option<String> {
+        None
     }
     /// Whether layers the tree did not read may hold bytecode (`patch::bytecode`).
     fn bytecode_below(&self) -> Below {

@@ -3,6 +3,9 @@
 //! checks a patch on a patched image ([`Checked`]). Scan, layer, push and digest-map code only
 //! ever see these, whatever the kind.
 
+use std::io::Read;
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::patch::outcome::Outcome;
@@ -16,6 +19,34 @@ pub enum Change {
     Write(FileEntry),
     /// A whiteout: the path is hidden (a deleted file, or stale bytecode).
     Whiteout(String),
+    /// A file whose bytes are read only when the layer is written (an entry of a wheel that
+    /// may be hundreds of MB): never held whole in memory.
+    Stream(Box<Streamed>),
+}
+
+/// Opens the bytes of a [`Streamed`] file afresh; called once per layer write.
+pub type Opener = Arc<dyn Fn() -> std::io::Result<Box<dyn Read + Send>> + Send + Sync>;
+
+/// A file written from a reader: the header (`entry.content` empty), the size and sha256 the
+/// reader must give (the layer writer refuses other bytes), and how to open it.
+#[derive(Clone)]
+pub struct Streamed {
+    pub entry: FileEntry,
+    pub size: u64,
+    /// Hex sha256 of the bytes.
+    pub sha256: String,
+    pub open: Opener,
+}
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamed")
+            .field("path", &self.entry.path)
+            .field("mode", &self.entry.mode)
+            .field("size", &self.size)
+            .field("sha256", &self.sha256)
+            .finish()
+    }
 }
 
 impl Change {
@@ -24,6 +55,16 @@ impl Change {
         match self {
             Change::Write(e) => &e.path,
             Change::Whiteout(p) => p,
+            Change::Stream(s) => &s.entry.path,
+        }
+    }
+
+    /// The hex sha256 of what the change writes (`None` for a whiteout).
+    pub fn written_sha256(&self) -> Option<String> {
+        match self {
+            Change::Write(e) => Some(crate::digest::sha256(&e.content)),
+            Change::Stream(s) => Some(format!("sha256:{}", s.sha256)),
+            Change::Whiteout(_) => None,
         }
     }
 }
@@ -53,6 +94,9 @@ pub struct Verdict {
     pub changes: Vec<Change>,
     /// The edited config, for kinds that edit it.
     pub config: Option<Value>,
+    /// What the change may break without being refused (installed distributions whose
+    /// requirements a downgrade no longer meets), for the summary and the digest map.
+    pub warnings: Vec<String>,
 }
 
 impl Verdict {
@@ -64,6 +108,7 @@ impl Verdict {
             about: About::default(),
             changes: Vec::new(),
             config: None,
+            warnings: Vec::new(),
         }
     }
 

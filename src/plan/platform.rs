@@ -330,10 +330,7 @@ fn file_changes(changes: &[Change], tree: &Visible<'_>) -> Vec<FileChange> {
             .ok()
             .flatten()
             .map(|e| crate::digest::sha256(&e.content));
-        let after = match c {
-            Change::Write(e) => Some(crate::digest::sha256(&e.content)),
-            Change::Whiteout(_) => None,
-        };
+        let after = c.written_sha256();
         if before.is_some() || after.is_some() {
             out.push(FileChange {
                 path: format!("/{}", c.path()),
