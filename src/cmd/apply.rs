@@ -109,6 +109,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         // `--jobs` bounds the platform scans of the whole run, not only the tags at once.
         scans: Arc::new(tokio::sync::Semaphore::new(a.jobs)),
         layers: Layers::new(ScanCache::at(a.no_cache, a.cache_dir.clone())),
+        shared: Default::default(),
     });
     super::common::runtime()?.block_on(run_async(run, req, a, mode, recorder.as_ref(), &map_patch))
 }

@@ -40,7 +40,9 @@ struct Original {
 }
 
 /// What the patches of one platform have built so far, each on top of the last.
-struct Stack {
+struct Stack<'r> {
+    /// The run's layers built so far, shared with the platforms that make the same changes.
+    shared: &'r layer::Shared,
     config: Vec<u8>,
     manifest: Document,
     layers: Vec<NewLayer>,
@@ -107,6 +109,7 @@ pub(crate) async fn plan_platform(
     };
     let mut tree = Visible::new(&descent, config_json);
     let mut stack = Stack {
+        shared: &run.shared,
         config: original.config.clone(),
         manifest: original.manifest.clone(),
         layers: Vec::new(),
@@ -163,7 +166,7 @@ fn platform_plan(
 }
 
 /// The new config and manifest of a patched platform, or the original a patched one names.
-fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<(), Error> {
+fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack<'_>) -> Result<(), Error> {
     match plan.outcome {
         Outcome::Patched => {
             let config_digest = crate::digest::sha256(&stack.config);
@@ -189,7 +192,7 @@ fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<
     Ok(())
 }
 
-impl Stack {
+impl Stack<'_> {
     /// Lets one patch decide on the tree as the patches before it left it, and stacks what it
     /// changes.
     fn decide(
@@ -292,10 +295,13 @@ impl Stack {
     ) -> Result<(), Error> {
         let meta = patch.meta();
         let what = format!("{}@{}", original.repo, original.manifest.digest);
-        let new_layer =
-            layer::build_changes(changes, meta.mtime_secs, original.family.layer_gzip()).map_err(
-                |e| Error::Build(format!("building the layer of {} for {what}: {e}", meta.id)),
-            )?;
+        let build = || {
+            self.shared
+                .layer(changes, meta.mtime_secs, original.family.layer_gzip())
+        };
+        let new_layer = off_the_runtime(build).map_err(|e| {
+            Error::Build(format!("building the layer of {} for {what}: {e}", meta.id))
+        })?;
         let base_layers = original.layers.len() + self.layers.len();
         self.config = rewrite::config_append(
             &self.config,
@@ -313,10 +319,19 @@ impl Stack {
             0,
             &new_layer.media_type,
             &new_layer.digest,
-            new_layer.bytes.len() as u64,
+            new_layer.size(),
         )?;
         self.layers.push(new_layer);
         Ok(())
+    }
+}
+
+/// Runs a blocking step (a layer that may read and compress hundreds of MB) so that the
+/// runtime's other tasks (other platforms' downloads) move to another worker meanwhile.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

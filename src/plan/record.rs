@@ -71,7 +71,7 @@ fn patch_layer(l: &NewLayer) -> PatchLayer {
     PatchLayer {
         digest: l.digest.clone(),
         diff_id: l.diff_id.clone(),
-        size: l.bytes.len() as u64,
+        size: l.size(),
         media_type: l.media_type.clone(),
     }
 }
@@ -97,7 +97,7 @@ fn platform_record(pl: &PlatformPlan) -> PlatformRecord {
             n.layers.last().map(|l| AddedLayer {
                 digest: l.digest.clone(),
                 diff_id: l.diff_id.clone(),
-                size: l.bytes.len() as u64,
+                size: l.size(),
                 media_type: l.media_type.clone(),
                 config_digest: n.config_digest.clone(),
             })

@@ -13,12 +13,14 @@ use crate::registry::{Registry, RegistryError, Repo};
 use crate::visible::Layers;
 
 /// What every image of a run is planned with: the registry, the patches in the order given,
-/// the permits bounding concurrent platform scans, and the run's layer reader.
+/// the permits bounding concurrent platform scans, the run's layer reader, and the layers it
+/// has built (identical changes on several platforms are built once).
 pub struct Run {
     pub reg: Arc<Registry>,
     pub patches: Vec<Patch>,
     pub scans: Arc<Semaphore>,
     pub layers: Layers,
+    pub shared: crate::layer::Shared,
 }
 
 /// Why an image could not be planned.
@@ -59,9 +61,8 @@ pub struct NewImage {
 impl NewImage {
     /// Bytes of the new layers, config and manifest.
     pub fn bytes(&self) -> u64 {
-        (self.layers.iter().map(|l| l.bytes.len()).sum::<usize>()
-            + self.config.len()
-            + self.manifest.bytes.len()) as u64
+        self.layers.iter().map(NewLayer::size).sum::<u64>()
+            + (self.config.len() + self.manifest.bytes.len()) as u64
     }
 }
 

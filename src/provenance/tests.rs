@@ -44,7 +44,7 @@ fn plan() -> (ImagePlan, crate::patch::Meta) {
         "b".repeat(64)
     ));
     let layer = NewLayer {
-        bytes: vec![1, 2, 3],
+        blob: crate::layer::LayerBlob::memory(vec![1, 2, 3]),
         digest: format!("sha256:{}", "b".repeat(64)),
         diff_id: format!("sha256:{}", "d".repeat(64)),
         media_type: crate::media::DOCKER_LAYER_GZIP.into(),

@@ -89,7 +89,7 @@ async fn push_platform(s: &mut Session<'_>, p: &PlatformPlan) -> Result<(), Erro
         }
     }
     for layer in &new.layers {
-        s.put_new_blob(&layer.digest, &layer.bytes).await?;
+        s.put_new_layer(layer).await?;
     }
     s.put_new_blob(&new.config_digest, &new.config).await?;
     s.put_manifest(&new.manifest).await

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use crate::layer::NewLayer;
 use crate::media::{Descriptor, Document};
 use crate::push::error::Error;
 use crate::registry::{Registry, Repo};
@@ -77,6 +78,36 @@ impl<'a> Session<'a> {
             .await?;
         self.rep.blobs_uploaded += 1;
         self.rep.bytes_uploaded += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Uploads a layer this tool built, unless the target has it: from memory, or streamed
+    /// from its temporary file.
+    pub async fn put_new_layer(&mut self, layer: &NewLayer) -> Result<(), Error> {
+        let Some(blob) = layer.blob.in_memory() else {
+            return self.put_spooled(layer).await;
+        };
+        self.put_new_blob(&layer.digest, blob).await
+    }
+
+    async fn put_spooled(&mut self, layer: &NewLayer) -> Result<(), Error> {
+        if !self.seen.insert(layer.digest.clone()) {
+            return Ok(());
+        }
+        if self.reg.blob_exists(self.target, &layer.digest).await? {
+            self.rep.blobs_skipped += 1;
+            return Ok(());
+        }
+        let desc = Descriptor {
+            media_type: layer.media_type.clone(),
+            digest: layer.digest.clone(),
+            size: layer.size(),
+            urls: Vec::new(),
+        };
+        let open = || layer.blob.reader();
+        self.reg.blob_put_reader(self.target, &desc, &open).await?;
+        self.rep.blobs_uploaded += 1;
+        self.rep.bytes_uploaded += layer.size();
         Ok(())
     }
 

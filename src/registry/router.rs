@@ -200,6 +200,22 @@ impl Registry {
         self.store(repo)?.blob_put(repo, digest, bytes).await
     }
 
+    /// Uploads a blob this tool made that is too big for memory (a spooled layer), streamed
+    /// from the readers `open` makes: one per attempt, so a retry reads it again from its start.
+    /// The store checks the digest and size before the blob counts as stored.
+    pub async fn blob_put_reader(
+        &self,
+        repo: &Repo,
+        desc: &Descriptor,
+        open: &(dyn Fn() -> Box<dyn std::io::Read + Send> + Sync),
+    ) -> Result<(), Error> {
+        let what = format!("{repo}@{}", desc.digest);
+        let make = || read_chunks(open(), &what);
+        self.store(repo)?
+            .blob_receive(repo, desc, &what, &make)
+            .await
+    }
+
     /// Cross-repository mount on one registry; `false` when declined, between two layouts or
     /// across transports, and the caller copies instead. Between two layouts the blob is
     /// streamed across and its digest checked on the way, rather than hard-linked (an edit of
@@ -228,4 +244,42 @@ impl Registry {
             .blob_receive(target, desc, &what, &make)
             .await
     }
+}
+
+/// Bytes of a local reader handed on per chunk (1 MiB), each read on the blocking pool.
+const READ_CHUNK: usize = 1 << 20;
+
+/// A local reader's bytes as a blob stream: each chunk read on the blocking pool, so a disk
+/// read never holds up a runtime worker; an error names the blob.
+fn read_chunks(reader: Box<dyn std::io::Read + Send>, what: &str) -> Chunks {
+    let what = what.to_owned();
+    let chunks = futures_util::stream::unfold(Some(reader), move |state| {
+        let what = what.clone();
+        async move {
+            let mut reader = state?;
+            let read = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; READ_CHUNK];
+                let mut n = 0;
+                while n < buf.len() {
+                    match reader.read(&mut buf[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                buf.truncate(n);
+                Ok((reader, buf))
+            })
+            .await;
+            let fail = |detail: String| Error::new(ErrorKind::Io, "reading blob", &what, detail);
+            match read {
+                Ok(Ok((_, buf))) if buf.is_empty() => None,
+                Ok(Ok((reader, buf))) => Some((Ok(Bytes::from(buf)), Some(reader))),
+                Ok(Err(e)) => Some((Err(fail(e.to_string())), None)),
+                Err(e) => Some((Err(fail(e.to_string())), None)),
+            }
+        }
+    });
+    Box::pin(chunks)
 }

@@ -1,6 +1,9 @@
 //! A new layer from a patch's changes: each written file at its path with the header it was
-//! given (the original's owner and mode), and a `.wh.` entry for each hidden path. Built in memory (it is a few KiB) and made reproducible:
-//! sorted entries, fixed headers, a gzip header without time or name, one pinned deflate backend.
+//! given (the original's owner and mode), and a `.wh.` entry for each hidden path. Made
+//! reproducible: sorted entries, fixed headers, a gzip header without time or name, one pinned
+//! deflate backend. Built in memory when small; a layer with streamed files (a wheel's) or past
+//! a few MiB is spooled to a temporary file as it is compressed ([`LayerBlob`]), both digests
+//! hashed on the way, so its size never sits in memory; where it goes does not change a byte.
 //!
 //! A layer is refused before it is built when its changes contradict each other: a path
 //! written and hidden, written twice, or written below a path hidden or written as a file in
@@ -15,19 +18,28 @@ use sha2::Digest;
 
 use flate2::{Compression, GzBuilder};
 
+use super::blob::{LayerBlob, Spool, MEMORY_MAX};
 use crate::digest::HashingWriter;
 use crate::patch::verdict::Change;
 
 /// A finished layer blob with both of its digests.
 #[derive(Debug, Clone)]
 pub struct NewLayer {
-    pub bytes: Vec<u8>,
+    /// The compressed bytes, in memory or in a temporary file.
+    pub blob: LayerBlob,
     /// sha256 of the compressed bytes (the blob digest).
     pub digest: String,
     /// sha256 of the uncompressed tar (the config's `rootfs.diff_ids` entry).
     pub diff_id: String,
     pub media_type: String,
     pub mtime: u64,
+}
+
+impl NewLayer {
+    /// The blob's size in bytes (the descriptor's `size`).
+    pub fn size(&self) -> u64 {
+        self.blob.size()
+    }
 }
 
 /// Why a layer was not built.
@@ -205,14 +217,35 @@ fn append_entry<W: Write>(
 /// the file it replaces), each hidden path as a `.wh.<name>` entry stamped `whiteout_mtime`.
 /// Entries are sorted by path, so whiteouts in `__pycache__/` come before the module itself
 /// and the same changes always give the same bytes. Contradicting changes are refused
-/// ([`check_changes`]).
+/// ([`check_changes`]). A layer with a streamed file is spooled to a temporary file in the
+/// run's temporary directory from its first byte; others move there past [`MEMORY_MAX`].
 pub fn build_changes(
     changes: &[Change],
     whiteout_mtime: u64,
     media_type: &str,
 ) -> Result<NewLayer, LayerError> {
+    let streams = changes.iter().any(|c| matches!(c, Change::Stream(_)));
+    let limit = if streams { 0 } else { MEMORY_MAX };
+    build_into(
+        changes,
+        whiteout_mtime,
+        media_type,
+        std::env::temp_dir(),
+        limit,
+    )
+}
+
+/// [`build_changes`] with the compressed bytes kept in memory up to `limit` bytes, then in an
+/// unnamed temporary file in `dir`.
+pub(crate) fn build_into(
+    changes: &[Change],
+    whiteout_mtime: u64,
+    media_type: &str,
+    dir: std::path::PathBuf,
+    limit: usize,
+) -> Result<NewLayer, LayerError> {
     check_changes(changes)?;
-    let compressed = HashingWriter::new(Vec::new());
+    let compressed = HashingWriter::new(Spool::new(dir, limit)?);
     let gz = GzBuilder::new()
         .mtime(0)
         .write(compressed, Compression::new(6));
@@ -220,6 +253,26 @@ pub fn build_changes(
     let mut tar = tar::Builder::new(uncompressed);
     tar.mode(tar::HeaderMode::Complete);
 
+    let mut latest = whiteout_mtime;
+    for (path, change) in sorted_entries(changes) {
+        latest = latest.max(append_entry(&mut tar, &path, change, whiteout_mtime)?);
+    }
+    let uncompressed = tar.into_inner()?;
+    let (gz, diff_id, _) = uncompressed.finish();
+    let compressed = gz.finish()?;
+    let (mut spool, digest, size) = compressed.finish();
+    spool.flush()?;
+    Ok(NewLayer {
+        blob: spool.finish(size)?,
+        digest,
+        diff_id,
+        media_type: media_type.to_owned(),
+        mtime: latest,
+    })
+}
+
+/// Each change's tar entry name (a whiteout's `.wh.` name), sorted, each once.
+fn sorted_entries(changes: &[Change]) -> Vec<(String, Option<&Change>)> {
     let mut entries: Vec<(String, Option<&Change>)> = changes
         .iter()
         .map(|c| match c {
@@ -238,194 +291,5 @@ pub fn build_changes(
         .collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     entries.dedup_by(|a, b| a.0 == b.0);
-    let mut latest = whiteout_mtime;
-
-    for (path, change) in entries {
-        latest = latest.max(append_entry(&mut tar, &path, change, whiteout_mtime)?);
-    }
-    let uncompressed = tar.into_inner()?;
-    let (gz, diff_id, _) = uncompressed.finish();
-    let compressed = gz.finish()?;
-    let (mut out, digest, _) = compressed.finish();
-    out.flush()?;
-    Ok(NewLayer {
-        bytes: out,
-        digest,
-        diff_id,
-        media_type: media_type.to_owned(),
-        mtime: latest,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::patch::Streamed;
-    use crate::scan::{EntryKind, FileEntry};
-
-    fn streamed(bytes: &'static [u8], size: u64, sha256: String) -> Change {
-        let mut e = entry();
-        e.path = "opt/big.bin".into();
-        e.content = Vec::new().into();
-        Change::Stream(Box::new(Streamed {
-            entry: e,
-            size,
-            sha256,
-            open: std::sync::Arc::new(move || Ok(Box::new(bytes) as Box<dyn Read + Send>)),
-        }))
-    }
-
-    #[test]
-    fn streamed_file_is_written_and_checked() {
-        let good = crate::digest::sha256(b"payload");
-        let hex = good.trim_start_matches("sha256:").to_owned();
-        let l = build_changes(&[streamed(b"payload", 7, hex.clone())], 9, "m").expect("builds");
-        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&l.bytes[..]));
-        let mut found = Vec::new();
-        for e in ar.entries().expect("tar") {
-            let mut e = e.expect("entry");
-            let mut body = Vec::new();
-            e.read_to_end(&mut body).expect("read");
-            found.push((e.path().expect("path").display().to_string(), body));
-        }
-        assert_eq!(found, vec![("opt/big.bin".to_owned(), b"payload".to_vec())]);
-        // A source that gives other bytes, fewer or more than declared is refused.
-        for (bytes, size) in [
-            (&b"paylold"[..], 7),
-            (&b"pay"[..], 7),
-            (&b"payload!"[..], 7),
-        ] {
-            let e = build_changes(&[streamed(bytes, size, hex.clone())], 9, "m")
-                .expect_err("refused")
-                .to_string();
-            assert!(e.contains("/opt/big.bin changed"), "{e}");
-        }
-    }
-
-    fn entry() -> FileEntry {
-        FileEntry {
-            path: "usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py".into(),
-            kind: EntryKind::Regular,
-            mode: 0o644,
-            uid: 1000,
-            gid: 1001,
-            uname: Some("app".into()),
-            gname: Some("grp".into()),
-            mtime: 1_700_000_000,
-            content: b"old".to_vec().into(),
-        }
-    }
-
-    #[test]
-    fn layer_is_reproducible_and_readable() {
-        let wh = ["usr/local/lib/python3.12/dist-packages/vllm/distributed/kv_transfer/kv_connector/v1/__pycache__/multi_connector.cpython-312.pyc".to_owned()];
-        let mut changes: Vec<Change> = wh.iter().cloned().map(Change::Whiteout).collect();
-        changes.push(Change::Write(FileEntry {
-            content: b"new\n".to_vec().into(),
-            mtime: 1_800_000_000,
-            ..entry()
-        }));
-        let build =
-            || build_changes(&changes, 1_800_000_000, crate::media::OCI_LAYER_GZIP).expect("build");
-        let (a, b) = (build(), build());
-        assert_eq!(a.digest, b.digest);
-        assert_eq!(a.digest, crate::digest::sha256(&a.bytes));
-        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&a.bytes[..]));
-        let names: Vec<(String, u64, u64, u32)> = ar
-            .entries()
-            .expect("entries")
-            .map(|e| {
-                let e = e.expect("entry");
-                let h = e.header();
-                (
-                    e.path().expect("path").to_string_lossy().into_owned(),
-                    h.uid().expect("uid"),
-                    h.mtime().expect("mtime"),
-                    h.mode().expect("mode"),
-                )
-            })
-            .collect();
-        assert_eq!(names.len(), 2);
-        assert!(names[0]
-            .0
-            .ends_with("__pycache__/.wh.multi_connector.cpython-312.pyc"));
-        assert_eq!(names[1].0, entry().path);
-        assert_eq!(
-            (names[1].1, names[1].2, names[1].3),
-            (1000, 1_800_000_000, 0o644)
-        );
-    }
-
-    fn write(path: &str) -> Change {
-        Change::Write(FileEntry {
-            path: path.into(),
-            ..entry()
-        })
-    }
-
-    fn hide(path: &str) -> Change {
-        Change::Whiteout(path.into())
-    }
-
-    #[test]
-    fn contradicting_changes_are_refused_before_building() {
-        let refused = |changes: Vec<Change>, expect: &str| {
-            let e = build_changes(&changes, 0, crate::media::OCI_LAYER_GZIP)
-                .expect_err("refused")
-                .to_string();
-            assert!(e.contains(expect), "{e} should say {expect:?}");
-        };
-        refused(
-            vec![write("opt/a"), hide("opt/a")],
-            "both write and hide /opt/a",
-        );
-        refused(
-            vec![hide("opt/a"), write("opt/a")],
-            "both write and hide /opt/a",
-        );
-        refused(vec![write("opt/a"), write("opt/a")], "write /opt/a twice");
-        refused(
-            vec![hide("opt/d"), write("opt/d/x/f")],
-            "write /opt/d/x/f below /opt/d, which it hides",
-        );
-        refused(
-            vec![hide("opt/d"), hide("opt/d/__pycache__/m.pyc")],
-            "hide /opt/d/__pycache__/m.pyc below /opt/d",
-        );
-        refused(
-            vec![write("opt/f"), hide("opt/f/x")],
-            "write /opt/f as a file and put /opt/f/x below it",
-        );
-        refused(vec![write("/etc/x")], "not a normalized path");
-        refused(vec![write("etc/../x")], "not a normalized path");
-        refused(vec![hide("etc/.wh.x")], "not a normalized path");
-        // Siblings, the same whiteout twice, and a whiteout beside a written sibling are fine.
-        let ok = vec![
-            write("opt/d/m.py"),
-            hide("opt/d/__pycache__/m.cpython-312.pyc"),
-            hide("opt/d/__pycache__/m.cpython-312.pyc"),
-            hide("opt/other"),
-        ];
-        let layer = build_changes(&ok, 0, crate::media::OCI_LAYER_GZIP).expect("builds");
-        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&layer.bytes[..]));
-        let names: Vec<String> = ar
-            .entries()
-            .expect("entries")
-            .map(|e| {
-                e.expect("entry")
-                    .path()
-                    .expect("path")
-                    .display()
-                    .to_string()
-            })
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "opt/.wh.other",
-                "opt/d/__pycache__/.wh.m.cpython-312.pyc",
-                "opt/d/m.py"
-            ]
-        );
-    }
+    entries
 }
