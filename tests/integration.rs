@@ -6,6 +6,8 @@ mod harness;
 
 #[path = "it/apply.rs"]
 mod apply;
+#[path = "it/blobs.rs"]
+mod blobs;
 #[path = "it/containerd.rs"]
 mod containerd;
 #[path = "it/durability.rs"]

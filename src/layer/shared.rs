@@ -1,5 +1,6 @@
 //! Layers built once per run for identical changes: platforms of one architecture (or tags
-//! of one release) given the same changes get the same bytes, so the second asks for the
+//! of one release, or a Docker and an OCI child of one index) given the same changes get the
+//! same bytes, so the second asks for the
 //! layer the first built instead of reading a wheel and compressing it again. Entries hold
 //! their blob weakly: a layer lives as long as a plan holds it, and its temporary file goes
 //! with the last plan, whatever the cache remembers.
@@ -17,7 +18,6 @@ use crate::patch::verdict::Change;
 struct Kept {
     digest: String,
     diff_id: String,
-    media_type: String,
     mtime: u64,
     blob: WeakBlob,
 }
@@ -27,18 +27,18 @@ impl Kept {
         Kept {
             digest: l.digest.clone(),
             diff_id: l.diff_id.clone(),
-            media_type: l.media_type.clone(),
             mtime: l.mtime,
             blob: l.blob.downgrade(),
         }
     }
 
-    fn layer(&self) -> Option<NewLayer> {
+    /// The layer, under `media_type` (a Docker and an OCI manifest share the same bytes).
+    fn layer(&self, media_type: &str) -> Option<NewLayer> {
         Some(NewLayer {
             blob: self.blob.upgrade()?,
             digest: self.digest.clone(),
             diff_id: self.diff_id.clone(),
-            media_type: self.media_type.clone(),
+            media_type: media_type.to_owned(),
             mtime: self.mtime,
         })
     }
@@ -61,13 +61,13 @@ impl Shared {
         whiteout_mtime: u64,
         media_type: &str,
     ) -> Result<NewLayer, LayerError> {
-        let key = key(changes, whiteout_mtime, media_type);
+        let key = key(changes, whiteout_mtime);
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             slots.entry(key).or_default().clone()
         };
         let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(layer) = slot.as_ref().and_then(Kept::layer) {
+        if let Some(layer) = slot.as_ref().and_then(|k| k.layer(media_type)) {
             return Ok(layer);
         }
         let layer = build_changes(changes, whiteout_mtime, media_type)?;
@@ -83,8 +83,9 @@ impl Shared {
 }
 
 /// What decides a layer's bytes: every entry's header fields and content digest, in order,
-/// the whiteouts' mtime and the media type (the builder is reproducible from these alone).
-fn key(changes: &[Change], whiteout_mtime: u64, media_type: &str) -> String {
+/// and the whiteouts' mtime (the builder is reproducible from these alone; the media type
+/// names the same gzip bytes in either manifest family).
+fn key(changes: &[Change], whiteout_mtime: u64) -> String {
     let entry = |e: &crate::scan::FileEntry, size: u64, sha256: String| -> Value {
         json!([e.path, e.mode, e.uid, e.gid, e.uname, e.gname, e.mtime, size, sha256])
     };
@@ -96,6 +97,6 @@ fn key(changes: &[Change], whiteout_mtime: u64, media_type: &str) -> String {
             Change::Whiteout(p) => json!(p),
         })
         .collect();
-    let all = json!([media_type, whiteout_mtime, items]);
+    let all = json!([whiteout_mtime, items]);
     crate::digest::sha256(all.to_string().as_bytes())
 }
