@@ -67,6 +67,7 @@ verify-engine: build
 	bash tests/proof/verify_engine.sh
 
 bench: build
+	$(CARGO) build --release --locked --example layer_bench
 	bash bench/run.sh
 
 # The structure check runs last: it reports import cycles, long files and functions, and

@@ -42,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 from bench import image  # noqa: E402
 from bench import ranges  # noqa: E402
+from bench import wheels  # noqa: E402
 from fixtures import registry as fxreg  # noqa: E402
 
 REPO = "gpustack/runner"
@@ -508,11 +509,14 @@ def main(argv=None):
     p.add_argument("--work", help="scratch folder (default: a new one under $TMPDIR, removed at the end)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder and its registry data")
     p.add_argument("--no-buildah", action="store_true", help="skip the buildah route")
-    p.add_argument("--only", choices=["ranges"],
-                   help="ranges: only apply, the floor and the parallel-range routes (a, b, a0, h, i)")
+    p.add_argument("--only", choices=["ranges", "wheels"],
+                   help="ranges: only apply, the floor and the parallel-range routes (a, b, a0, h, i); "
+                        "wheels: only the wheel-to-layer routes (w1, w2; bench/wheels.py)")
     p.add_argument("--cache", default=image.default_cache())
     p.add_argument("--results", default=os.path.join(HERE, "results", "latest.md"))
     a = p.parse_args(argv)
+    if a.only == "wheels":
+        return wheels.main(["--cache", a.cache] + (["--keep"] if a.keep else []))
     t_start = time.monotonic()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     binary = os.path.abspath(a.bin)
@@ -673,7 +677,11 @@ def main(argv=None):
     failed = [n for n, ok, _ in targets if not ok]
     print(f"{len(targets) - len(failed)} targets passed, {len(failed)} failed"
           + (f": {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    rc = 1 if failed else 0
+    if not a.only:
+        # The wheel-to-layer routes (issue 18) report on their own page.
+        rc = max(rc, wheels.main(["--cache", a.cache] + (["--keep"] if a.keep else [])))
+    return rc
 
 
 class Finished(Exception):
