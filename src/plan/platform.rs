@@ -1,6 +1,8 @@
 //! One platform of an image: each patch decides in turn on what the ones before it left, one
 //! layer per patch that writes files, then the new config and manifest.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::image;
@@ -28,8 +30,10 @@ fn platform_from_config(config: &Value) -> String {
     }
 }
 
-/// The platform's manifest as read: family, config descriptor and bytes, layers.
+/// The platform's manifest as read: family, config descriptor and bytes, layers; and the
+/// run's layers built so far, shared with the platforms that make the same changes.
 struct Original {
+    shared: Arc<layer::Shared>,
     repo: Repo,
     tag: String,
     manifest: Document,
@@ -40,9 +44,7 @@ struct Original {
 }
 
 /// What the patches of one platform have built so far, each on top of the last.
-struct Stack<'r> {
-    /// The run's layers built so far, shared with the platforms that make the same changes.
-    shared: &'r layer::Shared,
+struct Stack {
     config: Vec<u8>,
     manifest: Document,
     layers: Vec<NewLayer>,
@@ -99,6 +101,7 @@ pub(crate) async fn plan_platform(
         return Ok(p);
     }
     let original = Original {
+        shared: run.shared.clone(),
         repo: repo.clone(),
         tag: tag.to_owned(),
         manifest,
@@ -109,7 +112,6 @@ pub(crate) async fn plan_platform(
     };
     let mut tree = Visible::new(&descent, config_json);
     let mut stack = Stack {
-        shared: &run.shared,
         config: original.config.clone(),
         manifest: original.manifest.clone(),
         layers: Vec::new(),
@@ -166,7 +168,7 @@ fn platform_plan(
 }
 
 /// The new config and manifest of a patched platform, or the original a patched one names.
-fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack<'_>) -> Result<(), Error> {
+fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<(), Error> {
     match plan.outcome {
         Outcome::Patched => {
             let config_digest = crate::digest::sha256(&stack.config);
@@ -192,7 +194,7 @@ fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack<'_>) -> Res
     Ok(())
 }
 
-impl Stack<'_> {
+impl Stack {
     /// Lets one patch decide on the tree as the patches before it left it, and stacks what it
     /// changes.
     fn decide(
@@ -296,8 +298,8 @@ impl Stack<'_> {
         let meta = patch.meta();
         let what = format!("{}@{}", original.repo, original.manifest.digest);
         let build = || {
-            self.shared
-                .layer(changes, meta.mtime_secs, original.family.layer_gzip())
+            let shared = &original.shared;
+            shared.layer(changes, meta.mtime_secs, original.family.layer_gzip())
         };
         let new_layer = off_the_runtime(build).map_err(|e| {
             Error::Build(format!("building the layer of {} for {what}: {e}", meta.id))

@@ -20,7 +20,7 @@ pub struct Run {
     pub patches: Vec<Patch>,
     pub scans: Arc<Semaphore>,
     pub layers: Layers,
-    pub shared: crate::layer::Shared,
+    pub shared: Arc<crate::layer::Shared>,
 }
 
 /// Why an image could not be planned.
