@@ -218,3 +218,74 @@ async fn a_layout_only_run_serves_layouts_through_the_router_and_refuses_registr
         "reaching 127.0.0.1:5000/a/b: this run was set up for OCI layouts only"
     );
 }
+
+/// A reader that gives `good` bytes, then fails.
+struct Failing(std::io::Cursor<Vec<u8>>);
+
+impl std::io::Read for Failing {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.0.read(buf)? {
+            0 => Err(std::io::Error::other("the disk went away")),
+            n => Ok(n),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_put_from_a_reader_is_streamed_in_chunks_and_checked() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let layout = Repo::parse(&format!("oci:{}", tmp.path().join("l").display())).expect("repo");
+    let reg = Registry::new(&[&layout], Settings::default()).expect("client");
+    // Three and a half chunks of the reader's 1 MiB.
+    let blob: Vec<u8> = (0..(7u32 << 19)).map(|i| (i % 251) as u8).collect();
+    let desc = Descriptor {
+        media_type: crate::media::OCI_LAYER_GZIP.to_owned(),
+        digest: crate::digest::sha256(&blob),
+        size: blob.len() as u64,
+        urls: Vec::new(),
+    };
+    // Other bytes of the same size are refused, and nothing is stored.
+    let mut other = blob.clone();
+    other[3 << 20] ^= 1;
+    let wrong =
+        move || Box::new(std::io::Cursor::new(other.clone())) as Box<dyn std::io::Read + Send>;
+    let e = reg
+        .blob_put_reader(&layout, &desc, &wrong)
+        .await
+        .expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::Integrity, "{e}");
+    assert!(!reg
+        .blob_exists(&layout, &desc.digest)
+        .await
+        .expect("exists"));
+    // A reader that fails is named with the blob.
+    let part = blob[..1 << 20].to_vec();
+    let failing = move || {
+        Box::new(Failing(std::io::Cursor::new(part.clone()))) as Box<dyn std::io::Read + Send>
+    };
+    let e = reg
+        .blob_put_reader(&layout, &desc, &failing)
+        .await
+        .expect_err("refused");
+    assert!(
+        e.to_string().contains(&desc.digest) && e.to_string().contains("the disk went away"),
+        "{e}"
+    );
+    assert!(!reg
+        .blob_exists(&layout, &desc.digest)
+        .await
+        .expect("exists"));
+    // The right bytes are stored whole.
+    let right = {
+        let blob = blob.clone();
+        move || Box::new(std::io::Cursor::new(blob.clone())) as Box<dyn std::io::Read + Send>
+    };
+    reg.blob_put_reader(&layout, &desc, &right)
+        .await
+        .expect("stored");
+    let got = reg
+        .blob_get_small(&layout, &desc, 8 << 20)
+        .await
+        .expect("read back");
+    assert_eq!(got, blob);
+}
