@@ -56,11 +56,10 @@ async fn read_added(reg: &Registry, repo: &Repo, desc: &Descriptor) -> Result<Ad
 /// write, and files it must hold but does not.
 fn layer_problems(patch: Option<&Patch>, added: &AddedLayer, problems: &mut Vec<String>) {
     let Some(patch) = patch else { return };
-    let writes = patch.kind().writes();
     let stray: Vec<&str> = added
         .files
         .iter()
-        .filter(|f| !writes.iter().any(|w| scan::has_suffix(f, w)))
+        .filter(|f| !patch.kind().may_write(f))
         .map(String::as_str)
         .collect();
     if !stray.is_empty() {
