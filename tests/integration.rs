@@ -34,3 +34,5 @@ mod refuse;
 mod release;
 #[path = "it/reliability.rs"]
 mod reliability;
+#[path = "it/wheels.rs"]
+mod wheels;
