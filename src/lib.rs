@@ -15,6 +15,7 @@ pub mod digest;
 pub mod digest_map;
 pub mod fsutil;
 pub mod image;
+pub mod inputs;
 pub mod layer;
 pub mod media;
 pub mod patch;

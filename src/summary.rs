@@ -157,6 +157,20 @@ fn reasons(map: &DigestMap, errors: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// What each platform's patches may break (`warnings` in the map): one line each.
+fn warnings(map: &DigestMap) -> Vec<String> {
+    map.images
+        .iter()
+        .flat_map(|i| {
+            i.platforms.iter().flat_map(move |p| {
+                p.warnings.iter().map(move |w| {
+                    format!("- {} {}: {}", code(&i.source), cell(&p.platform), cell(w))
+                })
+            })
+        })
+        .collect()
+}
+
 /// The Markdown of [`apply`], separate so it can be checked without the environment.
 pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)]) -> String {
     let n = map.images.len() + errors.len();
@@ -195,6 +209,13 @@ pub fn apply_markdown(map: &DigestMap, dry_run: bool, errors: &[(String, String)
         md.push_str("\nRefused or failed:\n\n");
         for r in reasons {
             let _ = writeln!(md, "{r}");
+        }
+    }
+    let warnings = warnings(map);
+    if !warnings.is_empty() {
+        md.push_str("\nWarnings (not refused):\n\n");
+        for w in warnings {
+            let _ = writeln!(md, "{w}");
         }
     }
     md.push('\n');
@@ -355,7 +376,8 @@ mod tests {
                 "platform": "linux/amd64", "outcome": outcome, "original_digest": "sha256:bb",
                 "patched_digest": patched.map(|_| "sha256:cc"),
                 "file": "/usr/x|y.py", "vllm_version": "0.27.1", "reason": "a | b\nc",
-                "layers_scanned": 2, "bytes_scanned": 3 * 1024 * 1024, "bytes_to_push": 1024
+                "layers_scanned": 2, "bytes_scanned": 3 * 1024 * 1024, "bytes_to_push": 1024,
+                "warnings": if outcome == "patched" { vec!["b 1.0 has requirement a>=2, but you have a 1.5."] } else { vec![] }
             }]
         }))
         .expect("a record")
@@ -384,6 +406,9 @@ mod tests {
         // A reason never breaks the table or the list.
         assert!(md.contains("linux/amd64: a \\| b c\n"), "{md}");
         assert!(md.contains("- `r.example/a/runner:x`: boom"), "{md}");
+        // Warnings: one line each, after the refusals.
+        assert!(md.contains("\nWarnings (not refused):\n\n- `r.example/a/runner:cuda12.9-vllm0.27.1` linux/amd64: b 1.0 has requirement a>=2, but you have a 1.5.\n"), "{md}");
+        assert_eq!(md.matches("has requirement").count(), 1, "{md}");
         // Every table row has the header's 8 cells.
         for l in md.lines().filter(|l| l.starts_with('|')) {
             assert_eq!(l.replace("\\|", "").matches('|').count(), 9, "{l}");

@@ -36,3 +36,5 @@ mod refuse;
 mod release;
 #[path = "it/reliability.rs"]
 mod reliability;
+#[path = "it/wheels.rs"]
+mod wheels;

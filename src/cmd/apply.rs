@@ -228,6 +228,11 @@ fn finished_image(source: &Repo, tag: &str, done: &Applied, mode: &Mode<'_>) -> 
             s.covers
         );
     }
+    for p in &rec.platforms {
+        for w in &p.warnings {
+            tracing::warn!("{tag} {}: {w}", p.platform);
+        }
+    }
     let mut ok = true;
     if let (Some(dir), false) = (mode.provenance_dir, mode.dry_run || done.push.is_none()) {
         if let Err(e) = runner_patch::provenance::write_statements(dir, &done.attachments) {

@@ -62,11 +62,17 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Loads the chosen patches (ids from the built-in catalogue or `--patches-dir`, or folders),
-/// in the order given, every one validated before any registry is touched.
+/// in the order given, every one validated and its inputs fetched before any registry is
+/// touched.
 pub fn load_patches(g: &Global) -> anyhow::Result<Vec<runner_patch::patch::Patch>> {
     let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
     if patches.is_empty() {
         anyhow::bail!("no patch");
+    }
+    // What the patches fetch from outside, before any image is read.
+    let inputs: Vec<_> = patches.iter().flat_map(|p| p.kind().inputs()).collect();
+    if !inputs.is_empty() {
+        runtime()?.block_on(runner_patch::inputs::fetch_all(&inputs))?;
     }
     Ok(patches)
 }

@@ -31,6 +31,9 @@ pub fn image_row(rec: &ImageRecord) -> String {
             human(p.bytes_to_push),
             p.reason
         ));
+        for w in &p.warnings {
+            row.push_str(&format!("\n  {:<16} {:<16} {w}", p.platform, "warning"));
+        }
     }
     row.push_str(&provenance_lines(rec));
     for c in &rec.companions {

@@ -73,6 +73,11 @@ pub struct PlatformRecord {
     pub file: Option<String>,
     pub vllm_version: Option<String>,
     pub reason: String,
+    /// What its patches may break without being refused (installed distributions whose
+    /// requirements a downgrade no longer meets, worded as `pip check` does); left out when
+    /// there are none, so maps without any stay as they were.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub added_layer: Option<AddedLayer>,
     pub layers_scanned: usize,

@@ -44,6 +44,15 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     fn writes(&self) -> Vec<String> {
         self.wanted()
     }
+    /// Whether an appended layer of this patch may hold an entry at `path` (relative to `/`,
+    /// whiteouts named by the path they hide): `verify` names any other entry a stray. By
+    /// default a path ending with one of [`PatchKind::writes`]; a kind whose files are known
+    /// only from its inputs (a wheel's) says so itself.
+    fn may_write(&self, path: &str) -> bool {
+        self.writes()
+            .iter()
+            .any(|w| crate::scan::has_suffix(path, w))
+    }
     /// Suffixes of files an appended layer of this patch must hold (`verify` names a layer
     /// without them).
     fn required_in_layer(&self) -> Vec<String> {

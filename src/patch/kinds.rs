@@ -35,6 +35,10 @@ pub const KINDS: &[KindEntry] = &[
         name: "files",
         load: crate::patch::files::load,
     },
+    KindEntry {
+        name: "wheels",
+        load: crate::patch::wheels::load,
+    },
 ];
 
 #[derive(Deserialize)]

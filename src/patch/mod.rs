@@ -27,6 +27,7 @@ pub mod shapes;
 pub mod source;
 pub mod tree;
 pub mod verdict;
+pub mod wheels;
 
 pub use dist::{Dist, Input};
 pub use error::{Error, ErrorKind};

@@ -12,7 +12,7 @@ use crate::patch::{bytecode, tree, Change, Outcome, Patch, Tree, Verdict};
 use crate::plan::types::{Error, FileChange, NewImage, PatchStep, PlatformPlan, Run};
 use crate::registry::Repo;
 use crate::rewrite;
-use crate::visible::{Search, Visible};
+use crate::visible::{give_hashes, Search, Visible};
 
 /// The platform name of a single-manifest tag, from its config.
 fn platform_from_config(config: &Value) -> String {
@@ -84,11 +84,12 @@ pub(crate) async fn plan_platform(
     } else {
         platform
     };
-    let chosen = run
-        .patches
-        .iter()
-        .filter(|p| crate::tags::excludes(p, tag).is_none());
-    let search = Search::of(chosen);
+    let chosen = || {
+        run.patches
+            .iter()
+            .filter(|p| crate::tags::excludes(p, tag).is_none())
+    };
+    let search = Search::of(chosen());
     let label = format!("{tag} {platform}");
     let descent = run
         .layers
@@ -100,6 +101,9 @@ pub(crate) async fn plan_platform(
         p.bytes_scanned = descent.bytes_scanned;
         return Ok(p);
     }
+    let mut tree = Visible::new(&descent, config_json);
+    let (reg, read) = (&run.reg, &run.layers);
+    give_hashes(read, reg, repo, &layers, chosen(), &mut tree, &label).await?;
     let original = Original {
         shared: run.shared.clone(),
         repo: repo.clone(),
@@ -110,15 +114,7 @@ pub(crate) async fn plan_platform(
         config,
         layers,
     };
-    let mut tree = Visible::new(&descent, config_json);
-    let mut stack = Stack {
-        config: original.config.clone(),
-        manifest: original.manifest.clone(),
-        layers: Vec::new(),
-        file: None,
-        version: None,
-        shape: None,
-    };
+    let mut stack = Stack::new(&original);
     let mut steps = Vec::new();
     for patch in &run.patches {
         steps.push(stack.decide(patch, &original, &mut tree)?);
@@ -156,9 +152,21 @@ fn platform_plan(
             .collect::<Vec<_>>()
             .join("; "),
     };
+    // Warnings of one patch as they are; of several, each named by its patch.
+    let several = steps.len() > 1;
+    let warnings = steps
+        .iter()
+        .flat_map(|s| {
+            s.warnings.iter().map(move |w| match several {
+                false => w.clone(),
+                true => format!("{}: {w}", s.id),
+            })
+        })
+        .collect();
     PlatformPlan {
         outcome,
         reason,
+        warnings,
         file: stack.file.clone(),
         version: stack.version.clone(),
         shape: stack.shape.clone(),
@@ -195,6 +203,18 @@ fn finish(plan: &mut PlatformPlan, original: &Original, stack: Stack) -> Result<
 }
 
 impl Stack {
+    /// Nothing stacked yet: the original config and manifest.
+    fn new(original: &Original) -> Self {
+        Stack {
+            config: original.config.clone(),
+            manifest: original.manifest.clone(),
+            layers: Vec::new(),
+            file: None,
+            version: None,
+            shape: None,
+        }
+    }
+
     /// Lets one patch decide on the tree as the patches before it left it, and stacks what it
     /// changes.
     fn decide(
@@ -212,6 +232,7 @@ impl Stack {
             reason: String::new(),
             layer: None,
             files: Vec::new(),
+            warnings: Vec::new(),
         };
         if let Some(why) = crate::tags::excludes(patch, &original.tag) {
             step.reason = why;
@@ -229,6 +250,7 @@ impl Stack {
         }
         step.outcome = verdict.outcome;
         step.reason = verdict.reason.clone();
+        step.warnings = verdict.warnings.clone();
         if verdict.outcome == Outcome::Patched {
             self.apply(patch, verdict, original, tree, &mut step)?;
         }

@@ -92,6 +92,7 @@ fn platform_record(pl: &PlatformPlan) -> PlatformRecord {
         file: pl.file.clone(),
         vllm_version: pl.version.clone(),
         reason: pl.reason.clone(),
+        warnings: pl.warnings.clone(),
         // The last layer appended (the only one when a single file patch runs).
         added_layer: pl.new.as_ref().and_then(|n| {
             n.layers.last().map(|l| AddedLayer {

@@ -86,6 +86,8 @@ pub struct PatchStep {
     /// Index into [`NewImage::layers`] of the layer it added.
     pub layer: Option<usize>,
     pub files: Vec<FileChange>,
+    /// What the patch may break without being refused (`Verdict::warnings`).
+    pub warnings: Vec<String>,
 }
 
 /// One platform of an image.
@@ -95,6 +97,8 @@ pub struct PlatformPlan {
     pub original: Document,
     pub outcome: Outcome,
     pub reason: String,
+    /// The warnings of its patches (each named by its patch when several ran).
+    pub warnings: Vec<String>,
     pub file: Option<String>,
     pub version: Option<String>,
     pub shape: Option<String>,
@@ -116,6 +120,7 @@ impl PlatformPlan {
             original,
             outcome: Outcome::Refused,
             reason,
+            warnings: Vec::new(),
             file: None,
             version: None,
             shape: None,

@@ -55,6 +55,7 @@ fn plan() -> (ImagePlan, crate::patch::Meta) {
         original: original.clone(),
         outcome: Outcome::Patched,
         reason: String::new(),
+        warnings: Vec::new(),
         file: Some("/x/multi_connector.py".into()),
         version: None,
         shape: None,
@@ -78,6 +79,7 @@ fn plan() -> (ImagePlan, crate::patch::Meta) {
                 before: Some(format!("sha256:{}", "1".repeat(64))),
                 after: Some(format!("sha256:{}", "2".repeat(64))),
             }],
+            warnings: Vec::new(),
         }],
         recorded_original: None,
     };

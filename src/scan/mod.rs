@@ -4,6 +4,8 @@
 //! few small files it is asked for, within a budget per layer and per run; every layer is read
 //! to its end so that its digest and size are checked before anything found in it is trusted.
 
+mod hash;
+mod keep;
 mod links;
 mod overlay;
 mod read;
@@ -11,6 +13,7 @@ mod read;
 mod tests;
 mod types;
 
+pub use hash::hash_layer;
 pub use links::{node_in, resolve, LinkError, Node, Resolved, MAX_LINKS};
 pub use overlay::{Descent, Hidden, HiddenBy, LayerScan, NodeKind, Overlay};
 pub use read::{decompress, scan_layer, ScanError};

@@ -261,6 +261,8 @@ pub struct Descent {
     /// The exact paths wanted: a walk with any reads every layer, and a copy of one hidden by
     /// a link at an ancestor is left to link resolution (`scan::links`), not refused.
     pub(super) paths: Vec<String>,
+    /// The walk keeps installed distributions' metadata (`Wanted::dists`): it reads every layer.
+    pub dists: bool,
     /// The manifest index of each layer laid, top first (as the overlay holds them).
     pub(super) read: Vec<usize>,
     /// Every layer down to the bottom was read: what the indexes say is all there is.
@@ -299,6 +301,13 @@ impl Descent {
     /// The same walk, also looking for these exact paths (it then reads every layer).
     pub fn with_paths(mut self, paths: &[String]) -> Self {
         self.paths = paths.to_vec();
+        self
+    }
+
+    /// The same walk, also keeping every visible `*.dist-info` metadata file (it then reads
+    /// every layer, since any layer may install, upgrade or remove a distribution).
+    pub fn with_dists(mut self, dists: bool) -> Self {
+        self.dists = dists;
         self
     }
 
@@ -408,10 +417,14 @@ impl Descent {
         if !visible.is_empty() {
             self.hits.push((index, visible));
             // A walk for exact paths reads every layer: links anywhere below may lead elsewhere.
-            return self.paths.is_empty() && self.anchored(hits_needed) && self.python_named();
+            return self.paths.is_empty()
+                && !self.dists
+                && self.anchored(hits_needed)
+                && self.python_named();
         }
         // Found above, but which Python the image runs was still unknown there.
         self.paths.is_empty()
+            && !self.dists
             && !self.hits.is_empty()
             && self.anchored(hits_needed)
             && self.python_named()

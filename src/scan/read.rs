@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use flate2::read::MultiGzDecoder;
 
+use super::keep::{keep_dist, mib, read_kept, Counts, Keeper, Stop};
 use super::overlay::{ancestors, index_key, LayerScan, NodeKind};
 use super::types::*;
 use crate::media::{Compression, Descriptor};
@@ -29,6 +30,16 @@ pub enum ScanError {
 pub(super) struct Counting<R> {
     inner: R,
     count: u64,
+}
+
+impl<R> Counting<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Counting { inner, count: 0 }
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.count
+    }
 }
 
 impl<R: Read> Read for Counting<R> {
@@ -60,6 +71,13 @@ impl std::error::Error for ExtensionTooLong {}
 pub(super) struct Metered<R> {
     inner: R,
     allowance: Rc<Cell<u64>>,
+}
+
+impl<R> Metered<R> {
+    /// A reader bounded by `allowance`, which the caller resets between entries.
+    pub(super) fn new(inner: R, allowance: Rc<Cell<u64>>) -> Self {
+        Metered { inner, allowance }
+    }
 }
 
 impl<R: Read> Read for Metered<R> {
@@ -117,6 +135,7 @@ pub fn scan_layer<R: Read>(
     let mut keeper = Keeper {
         run,
         kept: 0,
+        dist_kept: 0,
         counts: Counts::default(),
     };
     {
@@ -128,7 +147,7 @@ pub fn scan_layer<R: Read>(
     }
     io::copy(&mut counting, &mut io::sink()).map_err(err)?;
     if counting.count != desc.size {
-        run.give_back(keeper.kept);
+        keeper.give_back_all();
         return Err(ScanError::Size {
             digest: desc.digest.clone(),
             expected: desc.size,
@@ -136,74 +155,8 @@ pub fn scan_layer<R: Read>(
         });
     }
     scan.compressed_bytes = counting.count;
-    scan.kept = keeper.kept;
+    scan.kept = keeper.kept + keeper.dist_kept;
     Ok(scan)
-}
-
-/// What a scan kept, by kind, for the message when a budget is passed.
-#[derive(Debug, Default)]
-pub(super) struct Counts {
-    targets: u64,
-    files: u64,
-    pycs: u64,
-    whiteouts: u64,
-    indexed: u64,
-    links: u64,
-}
-
-/// Counts the bytes a layer scan keeps against the per-layer cap and the run's budget.
-pub(super) struct Keeper<'a> {
-    run: &'a Budget,
-    kept: u64,
-    counts: Counts,
-}
-
-impl Keeper<'_> {
-    /// Takes `n` bytes, or says (as a refusal) which cap it would pass.
-    fn take(&mut self, n: u64, digest: &str) -> Result<(), String> {
-        if self.kept + n > MAX_KEPT_PER_LAYER {
-            return Err(format!(
-                "layer {digest}: the scan would keep more than the {} kept per layer ({}); refusing rather than holding it in memory",
-                mib(MAX_KEPT_PER_LAYER),
-                self.what()
-            ));
-        }
-        if let Err(used) = self.run.take(n) {
-            return Err(format!(
-                "layer {digest}: this run already keeps {} from the layers it read, and this layer would pass the {} kept per run ({}); refusing rather than holding it in memory",
-                mib(used),
-                mib(MAX_KEPT_PER_RUN),
-                self.what()
-            ));
-        }
-        self.kept += n;
-        Ok(())
-    }
-
-    fn give_back(&mut self, n: u64) {
-        let n = n.min(self.kept);
-        self.kept -= n;
-        self.run.give_back(n);
-    }
-
-    fn what(&self) -> String {
-        let c = &self.counts;
-        format!(
-            "{} kept so far: {} cop{} of the target, {} version or guard file(s), {} .pyc path(s), {} whiteout(s), {} path(s) indexed, {} link target(s)",
-            mib(self.kept),
-            c.targets,
-            if c.targets == 1 { "y" } else { "ies" },
-            c.files,
-            c.pycs,
-            c.whiteouts,
-            c.indexed,
-            c.links
-        )
-    }
-}
-
-pub(super) fn mib(n: u64) -> String {
-    format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
 }
 
 /// Reads the tar; on a refusal, records it in `scan`, drops everything kept and returns `Ok`
@@ -231,7 +184,7 @@ pub(super) fn scan_tar<R: Read>(
                     mib(MAX_TAR_EXTENSION)
                 ))
             } else {
-                keeper.give_back(keeper.kept);
+                keeper.give_back_all();
                 return Err(e);
             }
         }
@@ -243,7 +196,7 @@ pub(super) fn scan_tar<R: Read>(
             refusal: Some(why),
             ..Default::default()
         };
-        keeper.give_back(keeper.kept);
+        keeper.give_back_all();
         // Whatever the tar reader left unread is read (and checked) by the caller.
         allowance.set(u64::MAX);
         let mut rest = archive.into_inner();
@@ -279,12 +232,13 @@ fn finish(wanted: &Wanted, scan: &mut LayerScan, keeper: &mut Keeper<'_>) {
             refusal: Some(why),
             ..Default::default()
         };
-        keeper.give_back(keeper.kept);
+        keeper.give_back_all();
         return;
     }
     scan.dirs.sort_unstable();
     scan.dirs.dedup();
     let holds_all = !wanted.resolves_links()
+        && !wanted.dists
         && wanted
             .targets
             .iter()
@@ -294,18 +248,6 @@ fn finish(wanted: &Wanted, scan: &mut LayerScan, keeper: &mut Keeper<'_>) {
         scan.non_dirs = Vec::new();
     } else {
         scan.non_dirs.shrink_to_fit();
-    }
-}
-
-/// Why the entry loop stopped early.
-pub(super) enum Stop {
-    Refused(String),
-    Io(io::Error),
-}
-
-impl From<io::Error> for Stop {
-    fn from(e: io::Error) -> Self {
-        Stop::Io(e)
     }
 }
 
@@ -442,6 +384,8 @@ pub(super) fn scan_entries<R: Read>(
                     .map_err(Stop::Refused)?;
                 scan.pycs.insert(path);
             }
+        } else if etype.is_file() && wanted.is_dist_file(&path) {
+            keep_dist(&mut entry, path, scan, keeper, &digest)?;
         } else if etype.is_file() && wanted.is_kept_file(&path) {
             let content = Arc::new(read_kept(&mut entry, &path, &digest, keeper, |c| {
                 c.files += 1
@@ -462,28 +406,4 @@ pub(super) fn link_name<R: Read>(entry: &tar::Entry<R>) -> String {
         .flatten()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-/// Reads an entry's content into memory when the caps allow it.
-pub(super) fn read_kept<R: Read>(
-    entry: &mut tar::Entry<R>,
-    path: &str,
-    digest: &str,
-    keeper: &mut Keeper<'_>,
-    count: impl FnOnce(&mut Counts),
-) -> Result<Vec<u8>, Stop> {
-    let size = entry.size();
-    if size > MAX_KEPT_FILE {
-        return Err(Stop::Refused(format!(
-            "layer {digest}: /{path} is {size} bytes, more than the {} kept per file; refusing rather than holding it in memory",
-            mib(MAX_KEPT_FILE)
-        )));
-    }
-    count(&mut keeper.counts);
-    keeper
-        .take(size + path.len() as u64 + ITEM_OVERHEAD, digest)
-        .map_err(Stop::Refused)?;
-    let mut buf = Vec::with_capacity(size as usize);
-    entry.take(size).read_to_end(&mut buf)?;
-    Ok(buf)
 }

@@ -663,3 +663,185 @@ fn a_walk_stops_once_the_python_of_a_module_is_known() {
     assert!(d.push(3, layer(&[file(site, b"X = 1\n")], 3), 1));
     assert_eq!(d.layers_scanned, 1);
 }
+
+fn layer_desc(tar: &[u8], n: usize) -> Descriptor {
+    Descriptor {
+        media_type: crate::media::OCI_LAYER_TAR.into(),
+        digest: format!("sha256:{n}"),
+        size: tar.len() as u64,
+        urls: Vec::new(),
+    }
+}
+
+const DI: &str = "usr/lib/python3.11/site-packages/a-1.0.dist-info";
+
+#[test]
+fn a_scan_for_distributions_keeps_dist_info_metadata_only() {
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let tar = tar_of(&[
+        file(&format!("{DI}/METADATA"), b"Name: a\nVersion: 1.0\n"),
+        file(&format!("{DI}/RECORD"), b"a/__init__.py,,\n"),
+        file(&format!("{DI}/top_level.txt"), b"a\n"),
+        file(&format!("{DI}/licenses/RECORD"), b"not metadata"),
+        file("usr/lib/python3.11/site-packages/a/__init__.py", b""),
+        file(
+            "usr/lib/python3.11/site-packages/.dist-info/METADATA",
+            b"no name",
+        ),
+    ]);
+    let desc = layer_desc(&tar, 1);
+    let dists = Wanted {
+        dists: true,
+        ..Wanted::default()
+    };
+    let s = scan_layer(&tar[..], &desc, Compression::None, &dists, &run).expect("scan");
+    let kept: Vec<&str> = s.files.keys().map(String::as_str).collect();
+    assert_eq!(kept, [format!("{DI}/METADATA"), format!("{DI}/RECORD")]);
+    assert_eq!(
+        s.files[&format!("{DI}/RECORD")].as_slice(),
+        b"a/__init__.py,,\n"
+    );
+    assert!(run.dist_used() > 0 && run.used() < run.dist_used());
+    // Without asking, nothing of it is kept.
+    let s = scan_layer(&tar[..], &desc, Compression::None, &Wanted::default(), &run).expect("scan");
+    assert!(s.files.is_empty());
+}
+
+#[test]
+fn distribution_metadata_has_its_own_bounded_budget() {
+    let tar = tar_of(&[
+        file(&format!("{DI}/METADATA"), &[b'x'; 600]),
+        file(&format!("{DI}/RECORD"), &[b'y'; 600]),
+    ]);
+    let desc = layer_desc(&tar, 1);
+    let dists = Wanted {
+        dists: true,
+        ..Wanted::default()
+    };
+    let run = Budget::with_dists(MAX_KEPT_PER_RUN, 1000);
+    let s = scan_layer(&tar[..], &desc, Compression::None, &dists, &run).expect("scan");
+    let why = s.refusal.expect("refused");
+    assert!(
+        why.contains("*.dist-info") && why.contains("sha256:1"),
+        "{why}"
+    );
+    assert!(!why.contains('\n'), "{why}");
+    assert_eq!((run.dist_used(), run.used(), s.files.len()), (0, 0, 0));
+    // A single file over the per-file cap is refused by name before it is read.
+    let big = vec![b'z'; MAX_DIST_FILE as usize + 1];
+    let tar = tar_of(&[file(&format!("{DI}/RECORD"), &big)]);
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let s = scan_layer(
+        &tar[..],
+        &layer_desc(&tar, 2),
+        Compression::None,
+        &dists,
+        &run,
+    )
+    .expect("scan");
+    let why = s.refusal.expect("refused");
+    assert!(why.contains(&format!("/{DI}/RECORD")), "{why}");
+    assert_eq!(run.dist_used(), 0);
+}
+
+#[test]
+fn a_walk_for_distributions_reads_every_layer_with_overlay_rules() {
+    let target = vec!["probe/mod.py".to_owned()];
+    let want = Wanted {
+        targets: target.clone(),
+        dists: true,
+        ..Wanted::default()
+    };
+    let run = Budget::new(MAX_KEPT_PER_RUN);
+    let layer = |entries: &[E<'_>], n: usize| {
+        let tar = tar_of(entries);
+        let desc = layer_desc(&tar, n);
+        Arc::new(scan_layer(&tar[..], &desc, Compression::None, &want, &run).expect("scan"))
+    };
+    let site = "usr/lib/python3.11/site-packages";
+    let mut d = Descent::new(&target, &target).with_dists(true);
+    // The top layer whites out a-1.0's dist-info and installs a-2.0; the target is found
+    // there, and the walk still goes to the bottom.
+    assert!(!d.push(
+        2,
+        layer(
+            &[
+                file(&format!("{site}/.wh.a-1.0.dist-info"), b""),
+                file(
+                    &format!("{site}/a-2.0.dist-info/METADATA"),
+                    b"Version: 2.0\n"
+                ),
+                file(&format!("{site}/probe/mod.py"), b"X = 1\n"),
+                file(&format!("{site}/c-1.0.dist-info/.wh..wh..opq"), b""),
+            ],
+            2
+        ),
+        1
+    ));
+    assert!(!d.push(
+        1,
+        layer(
+            &[
+                file(&format!("{DI}/METADATA"), b"Version: 1.0\n"),
+                file(
+                    &format!("{site}/b-1.0.dist-info/METADATA"),
+                    b"Version: 1.0\n"
+                ),
+                file(&format!("{site}/c-1.0.dist-info/RECORD"), b"hidden\n"),
+            ],
+            1
+        ),
+        1
+    ));
+    assert!(!d.push(0, layer(&[file("etc/hostname", b"x\n")], 0), 1));
+    assert!(d.complete);
+    let kept: Vec<&str> = d.files.keys().map(String::as_str).collect();
+    assert_eq!(
+        kept,
+        [
+            format!("{site}/a-2.0.dist-info/METADATA"),
+            format!("{site}/b-1.0.dist-info/METADATA")
+        ]
+    );
+    // The layer holding the visible copy of a file, for a second read that hashes it.
+    assert_eq!(
+        d.holder(&format!("{site}/b-1.0.dist-info/METADATA")),
+        Some(1)
+    );
+    assert_eq!(d.holder(&format!("{site}/probe/mod.py")), Some(2));
+    assert!(matches!(d.node(&format!("{DI}/METADATA")), Node::Absent));
+}
+
+#[test]
+fn a_second_read_hashes_the_files_asked_for_as_they_stream() {
+    let tar = tar_of(&[
+        file("opt/a.bin", b"first"),
+        file("opt/b.bin", b"bee"),
+        file("opt/a.bin", b"second"),
+        symlink("opt/c.bin", "a.bin"),
+        file("opt/d.bin", b"not asked"),
+    ]);
+    let desc = layer_desc(&tar, 1);
+    let paths: std::collections::BTreeSet<String> =
+        ["opt/a.bin", "opt/b.bin", "opt/c.bin", "opt/e.bin"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+    let found = hash_layer(&tar[..], &desc, Compression::None, &paths).expect("read");
+    let want: std::collections::BTreeMap<String, String> = [
+        ("opt/a.bin".to_owned(), crate::digest::sha256(b"second")),
+        ("opt/b.bin".to_owned(), crate::digest::sha256(b"bee")),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        found, want,
+        "the last entry wins; a link or an absent path has none"
+    );
+    // A layer shorter than its descriptor says is an error, not a short answer.
+    let short = Descriptor {
+        size: desc.size + 1,
+        ..desc
+    };
+    assert!(hash_layer(&tar[..], &short, Compression::None, &paths).is_err());
+}

@@ -11,6 +11,21 @@ pub const MAX_KEPT_FILE: u64 = 16 * 1024 * 1024;
 pub const MAX_KEPT_PER_LAYER: u64 = 24 * 1024 * 1024;
 /// What all layer scans of one run may keep together (they are cached for the whole run).
 pub const MAX_KEPT_PER_RUN: u64 = 48 * 1024 * 1024;
+/// The biggest distribution metadata file kept (`RECORD` of torch is about 2 MiB).
+pub const MAX_DIST_FILE: u64 = 8 * 1024 * 1024;
+/// What the distribution metadata of one run may keep together, apart from the budget above:
+/// a real vLLM image shows about 300 distributions, their metadata a few tens of MiB at most
+/// with the copies lower layers hold; a hostile image is refused before it costs more.
+pub const MAX_DIST_KEPT_PER_RUN: u64 = 40 * 1024 * 1024;
+/// The file names of a `*.dist-info` directory a scan for distributions keeps.
+pub const DIST_FILES: [&str; 6] = [
+    "METADATA",
+    "RECORD",
+    "entry_points.txt",
+    "INSTALLER",
+    "REQUESTED",
+    "WHEEL",
+];
 /// The longest tar header extension (GNU long name or link, PAX record set) read: the tar
 /// reader holds one whole, so a hostile layer could otherwise inflate one into gigabytes.
 pub(super) const MAX_TAR_EXTENSION: u64 = 1024 * 1024;
@@ -39,6 +54,9 @@ pub struct Wanted {
     /// Exact paths whose entries are kept and nothing more: the second read of a layer that
     /// holds a file found through a link.
     pub resolved: Vec<String>,
+    /// Whether the metadata files of every `*.dist-info` directory are kept ([`DIST_FILES`]),
+    /// for kinds that install distributions; a scan for them reads every layer.
+    pub dists: bool,
 }
 
 /// The kind of a tar entry found at a wanted path.
@@ -83,19 +101,56 @@ impl FileEntry {
 }
 
 /// A count of kept bytes shared by every scan of a run, so that many layers each under the
-/// per-layer cap cannot together exhaust memory.
+/// per-layer cap cannot together exhaust memory. Distribution metadata is counted apart
+/// ([`MAX_DIST_KEPT_PER_RUN`]): it is far bigger than what other kinds keep, and bounded too.
 #[derive(Debug)]
 pub struct Budget {
     cap: u64,
     used: AtomicU64,
+    dist_cap: u64,
+    dist_used: AtomicU64,
 }
 
 impl Budget {
     pub const fn new(cap: u64) -> Self {
+        Budget::with_dists(cap, MAX_DIST_KEPT_PER_RUN)
+    }
+
+    /// A budget with its own cap for distribution metadata.
+    pub const fn with_dists(cap: u64, dist_cap: u64) -> Self {
         Budget {
             cap,
             used: AtomicU64::new(0),
+            dist_cap,
+            dist_used: AtomicU64::new(0),
         }
+    }
+
+    /// Takes `n` bytes of distribution metadata; `Err(bytes in use)` past its cap.
+    pub(super) fn take_dist(&self, n: u64) -> Result<(), u64> {
+        self.dist_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|t| *t <= self.dist_cap)
+            })
+            .map(|_| ())
+    }
+
+    pub(super) fn give_back_dist(&self, n: u64) {
+        let _ = self
+            .dist_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// Bytes of distribution metadata in use now.
+    pub fn dist_used(&self) -> u64 {
+        self.dist_used.load(Ordering::Acquire)
+    }
+
+    /// The cap of distribution metadata, for messages.
+    pub(super) fn dist_cap(&self) -> u64 {
+        self.dist_cap
     }
 
     /// Takes `n` bytes; `Err(bytes in use)` when that would pass the cap. (Public so that a
@@ -226,6 +281,12 @@ impl Wanted {
         })
     }
 
+    /// Whether `path` is a metadata file of a `*.dist-info` directory a scan for
+    /// distributions keeps.
+    pub(super) fn is_dist_file(&self, path: &str) -> bool {
+        self.dists && is_dist_file(path)
+    }
+
     pub(super) fn is_kept_file(&self, path: &str) -> bool {
         if self.companions.iter().any(|c| has_suffix(path, c)) {
             return true;
@@ -239,6 +300,15 @@ impl Wanted {
                 || (name == "_version.py" && dirname == package)
         })
     }
+}
+
+/// Whether `path` names one of [`DIST_FILES`] directly inside a `*.dist-info` directory.
+pub fn is_dist_file(path: &str) -> bool {
+    let (dir, name) = split_parent(path);
+    let (_, dirname) = split_parent(dir);
+    DIST_FILES.contains(&name)
+        && dirname.len() > ".dist-info".len()
+        && dirname.ends_with(".dist-info")
 }
 
 /// Reads the version from a dist-info `METADATA` or a `_version.py`.

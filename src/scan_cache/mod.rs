@@ -113,6 +113,9 @@ pub fn wanted_key(wanted: &Wanted) -> String {
     if !wanted.resolved.is_empty() {
         key.push_str(&format!("\nresolved={}", sorted(&wanted.resolved)));
     }
+    if wanted.dists {
+        key.push_str("\ndists=1");
+    }
     key
 }
 

@@ -1,7 +1,10 @@
-//! The layers this tool appended to a patched image: each read whole (they are small),
-//! verified, and checked against the patch that wrote it.
+//! The layers this tool appended to a patched image: each read as a stream (a layer of wheels
+//! may be hundreds of MB), verified, and checked against the patch that wrote it.
+
+use std::io::Read;
 
 use serde_json::Value;
+use tokio_util::io::SyncIoBridge;
 
 use crate::digest::HashingReader;
 use crate::media::{layer_compression, Compression, Descriptor, Family};
@@ -11,10 +14,7 @@ use crate::scan;
 use crate::verify::subject::Subject;
 use crate::verify::types::Error;
 
-/// The biggest layer of this tool's `verify` reads whole.
-const ADDED_MAX_BYTES: u64 = 16 * 1024 * 1024;
-
-/// An added layer read whole, verified, with its entries.
+/// An added layer read, verified, with its entries.
 struct AddedLayer {
     diff_id: String,
     /// Paths of entries that are not whiteouts.
@@ -30,25 +30,39 @@ pub(crate) struct Added {
     pub files: Vec<String>,
 }
 
+/// Reads an appended layer as a stream (a layer of wheels may be hundreds of MB): its
+/// entries and diff_id; the registry reader checks its digest and size at the end.
 async fn read_added(reg: &Registry, repo: &Repo, desc: &Descriptor) -> Result<AddedLayer, Error> {
-    let blob = reg.blob_get_small(repo, desc, ADDED_MAX_BYTES).await?;
+    let reader = reg.blob_reader(repo, desc).await?;
     let compression = layer_compression(&desc.media_type).unwrap_or(Compression::Gzip);
-    let io = |e: std::io::Error| Error::Scan(e.to_string());
-    let mut tar = HashingReader::new(scan::decompress(&blob[..], compression).map_err(io)?);
+    let digest = desc.digest.clone();
+    tokio::task::spawn_blocking(move || read_tar(SyncIoBridge::new(reader), compression))
+        .await
+        .map_err(|e| Error::Scan(format!("layer {digest}: {e}")))?
+        .map_err(|e| Error::Scan(format!("layer {}: {e}", desc.digest)))
+}
+
+/// The entries (whiteouts aside) and diff_id of a layer's compressed bytes, read to the end.
+fn read_tar<R: Read>(mut raw: R, compression: Compression) -> std::io::Result<AddedLayer> {
     let mut files = Vec::new();
-    {
-        let mut ar = tar::Archive::new(&mut tar);
-        for e in ar.entries().map_err(io)? {
-            let mut e = e.map_err(io)?;
-            let path = scan::normalize(&e.path().map_err(io)?.to_string_lossy());
-            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-            if !name.starts_with(".wh.") {
-                files.push(path);
+    let diff_id = {
+        let mut tar = HashingReader::new(scan::decompress(&mut raw, compression)?);
+        {
+            let mut ar = tar::Archive::new(&mut tar);
+            for e in ar.entries()? {
+                let mut e = e?;
+                let path = scan::normalize(&e.path()?.to_string_lossy());
+                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+                if !name.starts_with(".wh.") {
+                    files.push(path);
+                }
+                std::io::copy(&mut e, &mut std::io::sink())?;
             }
-            std::io::copy(&mut e, &mut std::io::sink()).map_err(io)?;
         }
-    }
-    let (diff_id, _) = tar.finish().map_err(io)?;
+        tar.finish()?.0
+    };
+    // Whatever follows the compressed stream is read too, so the digest is checked.
+    std::io::copy(&mut raw, &mut std::io::sink())?;
     Ok(AddedLayer { diff_id, files })
 }
 
@@ -56,11 +70,10 @@ async fn read_added(reg: &Registry, repo: &Repo, desc: &Descriptor) -> Result<Ad
 /// write, and files it must hold but does not.
 fn layer_problems(patch: Option<&Patch>, added: &AddedLayer, problems: &mut Vec<String>) {
     let Some(patch) = patch else { return };
-    let writes = patch.kind().writes();
     let stray: Vec<&str> = added
         .files
         .iter()
-        .filter(|f| !writes.iter().any(|w| scan::has_suffix(f, w)))
+        .filter(|f| !patch.kind().may_write(f))
         .map(String::as_str)
         .collect();
     if !stray.is_empty() {

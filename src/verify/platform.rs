@@ -14,7 +14,7 @@ use crate::verify::added::{self, Added};
 use crate::verify::original;
 use crate::verify::subject::Subject;
 use crate::verify::types::{Checks, Error, PlatformCheck};
-use crate::visible::{Search, Visible};
+use crate::visible::{give_hashes, Search, Visible};
 
 /// Verifies one platform manifest of `repo`; `original` is the manifest it was made from (and
 /// the repository holding it), when a digest map says so.
@@ -88,7 +88,20 @@ async fn seen(
     if let Some(why) = &scanned.refusal {
         problems.push(why.clone());
     }
-    let tree = Visible::new(&scanned, s.config.clone()).with_added(s.first_added..s.layers.len());
+    let mut tree =
+        Visible::new(&scanned, s.config.clone()).with_added(s.first_added..s.layers.len());
+    let expected = s.expected.iter().copied();
+    let layers = &s.checks.layers;
+    give_hashes(
+        layers,
+        s.reg,
+        s.repo,
+        &s.layers,
+        expected,
+        &mut tree,
+        &check.platform,
+    )
+    .await?;
     for p in &s.expected {
         let Checked {
             problems: found,

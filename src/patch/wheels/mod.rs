@@ -1,0 +1,219 @@
+//! The `wheels` kind: the wheels of a PEP 751 lock installed as `pip install --no-deps
+//! --no-compile` would install them, per platform, and distributions uninstalled as pip
+//! would, in one layer per patch. Data side: [`lock`] (PEP 751), [`tags`] (wheel names,
+//! platform tags, the choice), [`target`] (what one platform offers), [`requires`] (METADATA,
+//! markers, requirement checks). Install side: [`spec`] (`patch.toml`), [`wheel`] (a wheel
+//! opened and checked in one streamed pass), [`record`] (`RECORD`), [`install`] (the files
+//! pip leaves), [`uninstall`] (the whiteouts pip's removal amounts to), [`decide`] (one
+//! platform's decision). Wheels given by URL are inputs, fetched and checked before any image
+//! is read, kept in a cache named by their sha256.
+
+use serde_json::json;
+
+pub mod decide;
+pub mod dists;
+pub mod filename;
+pub mod install;
+pub mod lock;
+pub mod record;
+pub mod requires;
+pub mod spec;
+pub mod tags;
+pub mod target;
+pub mod uninstall;
+pub mod wheel;
+
+use crate::patch::dist::{Dist, Input};
+use crate::patch::error::Error;
+use crate::patch::kind::{Description, Patch, PatchKind};
+use crate::patch::meta::{self, Meta};
+use crate::patch::source::Source;
+use crate::patch::tree::{Layered, Tree};
+use crate::patch::verdict::{Checked, Verdict};
+use spec::Spec;
+
+/// A loaded `wheels` patch.
+#[derive(Debug, Clone)]
+pub struct WheelsPatch {
+    pub meta: Meta,
+    pub spec: Spec,
+}
+
+/// Loads a `wheels` patch.toml and its lock.
+pub fn load(src: &Source<'_>) -> Result<Patch, Error> {
+    let mut meta = meta::read(src, "wheels")?;
+    let spec = spec::read(src)?;
+    if let Some((name, lock)) = &spec.lock {
+        if let Some(p) = lock
+            .packages
+            .iter()
+            .find(|p| spec.remove.contains(&requires::normalize(&p.name)))
+        {
+            return Err(Error::new(
+                crate::patch::error::ErrorKind::Invalid,
+                format!(
+                    "{}: {} is both locked in {name} and listed in remove",
+                    src.origin, p.name
+                ),
+            ));
+        }
+    }
+    meta.definition_digest = src.definition_digest(&[&spec.lock_bytes]);
+    Ok(Patch::new(WheelsPatch { meta, spec }))
+}
+
+impl WheelsPatch {
+    /// The dists the image shows at a locked version of a locked package.
+    fn locked_dists(&self, tree: &dyn Tree) -> Vec<Dist> {
+        let Some((_, lock)) = &self.spec.lock else {
+            return Vec::new();
+        };
+        dists::installed(tree)
+            .into_iter()
+            .filter(|d| {
+                lock.packages.iter().any(|p| {
+                    requires::normalize(&p.name) == requires::normalize(&d.meta.name)
+                        && p.version
+                            .as_deref()
+                            .is_none_or(|v| wheel::same_version(v, &d.meta.version))
+                })
+            })
+            .map(|d| d.dist)
+            .collect()
+    }
+}
+
+impl PatchKind for WheelsPatch {
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    fn wanted(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn paths(&self) -> Vec<String> {
+        target::probe_paths()
+    }
+
+    fn distributions(&self) -> bool {
+        true
+    }
+
+    fn hashes(&self, tree: &dyn Tree) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in self.locked_dists(tree) {
+            if let Ok(paths) = dists::hashed_paths(&d) {
+                out.extend(paths.into_iter().map(|(p, _)| p));
+            }
+        }
+        out
+    }
+
+    /// Every wheel given by URL whose tags could fit a Linux x86_64 or aarch64 image.
+    fn inputs(&self) -> Vec<Input> {
+        let Some((_, lock)) = &self.spec.lock else {
+            return Vec::new();
+        };
+        let linux = |plat: &str| {
+            plat == "any"
+                || (plat.contains("linux")
+                    && (plat.ends_with("x86_64") || plat.ends_with("aarch64")))
+        };
+        lock.packages
+            .iter()
+            .flat_map(|p| p.wheels.iter())
+            .filter(|w| {
+                tags::parse_name(&w.filename)
+                    .map(|n| n.tags.iter().any(|(_, _, plat)| linux(plat)))
+                    .unwrap_or(true)
+            })
+            .filter_map(|w| {
+                Some(Input {
+                    url: w.url.clone()?,
+                    sha256: w.sha256.clone(),
+                    dest: wheel::cached(&w.sha256),
+                })
+            })
+            .collect()
+    }
+
+    fn decide(&self, tree: &dyn Tree) -> Verdict {
+        let decider = decide::Decider {
+            meta: &self.meta,
+            spec: &self.spec,
+        };
+        match decider.decide(tree) {
+            Ok(v) => v,
+            Err(reason) => Verdict::refused(reason),
+        }
+    }
+
+    /// Deciding again must find it already patched; a file that differs from its RECORD is
+    /// named.
+    fn check(&self, image: &dyn Layered) -> Checked {
+        let mut checked = Checked::default();
+        if image.refusal().is_some() {
+            return checked;
+        }
+        for d in self.locked_dists(image) {
+            match dists::tampered(image, &d) {
+                Ok(None) => {}
+                Ok(Some(line)) | Err(line) => checked.problems.push(line),
+            }
+        }
+        let v = self.decide(image);
+        if checked.problems.is_empty()
+            && v.outcome != crate::patch::outcome::Outcome::AlreadyPatched
+        {
+            checked.problems.push(format!(
+                "the image does not carry what patch {} makes ({}: {})",
+                self.meta.id,
+                v.outcome,
+                v.summary()
+            ));
+        }
+        checked.file = v.about.file;
+        checked
+    }
+
+    fn describe(&self) -> Description {
+        let mut lines = vec![("kind", "wheels".to_owned())];
+        let mut packages = Vec::new();
+        if let Some((name, lock)) = &self.spec.lock {
+            lines.push(("lock", name.clone()));
+            for p in &lock.packages {
+                let v = p.version.clone().unwrap_or_default();
+                lines.push((
+                    "package",
+                    format!("{} {v} ({} wheel(s))", p.name, p.wheels.len()),
+                ));
+                packages
+                    .push(json!({"name": p.name, "version": p.version, "wheels": p.wheels.len()}));
+            }
+        }
+        if !self.spec.remove.is_empty() {
+            lines.push(("remove", self.spec.remove.join(", ")));
+        }
+        if let Some(t) = &self.spec.target {
+            lines.push(("target", format!("/{t}")));
+        }
+        if let Some(i) = &self.spec.interpreter {
+            lines.push(("interpreter", i.clone()));
+        }
+        let fields = json!({
+            "lock": self.spec.lock.as_ref().map(|(n, _)| n),
+            "packages": packages,
+            "remove": self.spec.remove,
+            "target": self.spec.target.as_ref().map(|t| format!("/{t}")),
+            "interpreter": self.spec.interpreter,
+        });
+        Description {
+            fields: fields.as_object().cloned().unwrap_or_default(),
+            lines,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
