@@ -275,7 +275,7 @@ fn glibc(tree: &dyn Tree, arch: &str) -> Option<(u32, u32)> {
         let entry = tree.file(p).ok()??;
         let entry = match &entry.kind {
             EntryKind::Regular => entry,
-            _ => tree.file(&tree.resolve(p).ok()?.path).ok()??,
+            _ => tree.file(follow(tree, p).last()?).ok()??,
         };
         glibc_in(&entry.content)
     })
