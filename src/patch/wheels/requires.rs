@@ -136,8 +136,16 @@ pub fn applies(marker: Option<&str>, t: &Target) -> Result<bool, String> {
     let Some(marker) = marker.map(str::trim).filter(|m| !m.is_empty()) else {
         return Ok(true);
     };
-    let tree = MarkerTree::from_str(marker)
-        .map_err(|e| format!("marker {marker:?} cannot be read: {}", first_line(e)))?;
+    let tree = MarkerTree::from_str(marker).map_err(|e| {
+        if marker.contains("dependency_groups") || marker.contains("extras") {
+            format!(
+                "marker {marker:?} selects by the lock's extras or dependency groups, which \
+                 runner-patch does not choose from; write the lock for one set of them"
+            )
+        } else {
+            format!("marker {marker:?} cannot be read: {}", first_line(e))
+        }
+    })?;
     Ok(tree.evaluate(&environment(t)?, &[]))
 }
 

@@ -249,7 +249,7 @@ fn python_full(tree: &dyn Tree, (x, y): (u32, u32), interpreter: &str) -> String
 }
 
 /// The first NUL-delimited `X.Y.Z` string of `short`'s X.Y in a binary.
-pub(crate) fn version_in(bytes: &[u8], short: &str) -> Option<String> {
+fn version_in(bytes: &[u8], short: &str) -> Option<String> {
     let needle = format!("\0{short}.");
     let mut from = 0;
     while let Some(i) = find(&bytes[from..], needle.as_bytes()) {
@@ -275,14 +275,14 @@ fn glibc(tree: &dyn Tree, arch: &str) -> Option<(u32, u32)> {
         let entry = tree.file(p).ok()??;
         let entry = match &entry.kind {
             EntryKind::Regular => entry,
-            _ => tree.file(&tree.resolve(p).ok()?.path).ok()??,
+            _ => tree.file(follow(tree, p).last()?).ok()??,
         };
         glibc_in(&entry.content)
     })
 }
 
 /// "GNU C Library ... release version 2.36" in libc's bytes, else its highest `GLIBC_2.NN`.
-pub(crate) fn glibc_in(bytes: &[u8]) -> Option<(u32, u32)> {
+fn glibc_in(bytes: &[u8]) -> Option<(u32, u32)> {
     let banner = b"release version ";
     if let Some(at) = find(bytes, b"GNU C Library") {
         if let Some(v) =

@@ -235,6 +235,21 @@ fn refusals_name_what_is_wrong() {
 }
 
 #[test]
+fn an_old_libc_link_is_followed_to_its_file() {
+    // glibc before 2.34: libc.so.6 -> libc-2.31.so.
+    let img = Img::new("amd64")
+        .file("usr/bin/python3.9", b"ELF")
+        .link("usr/bin/python3", "python3.9")
+        .link("lib/x86_64-linux-gnu/libc.so.6", "libc-2.31.so")
+        .file(
+            "lib/x86_64-linux-gnu/libc-2.31.so",
+            b"GLIBC_2.30\0GLIBC_2.31\0",
+        );
+    let t = detect(&img, "usr/lib/python3/dist-packages", None).expect("detects");
+    assert_eq!((t.python, t.glibc), ((3, 9), Some((2, 31))));
+}
+
+#[test]
 fn glibc_from_banner_or_highest_symbol_version() {
     assert_eq!(glibc_in(LIBC), Some((2, 36)));
     assert_eq!(glibc_in(b"GLIBC_2.2.5 GLIBC_2.28 GLIBC_2.3"), Some((2, 28)));
