@@ -89,8 +89,9 @@ impl PatchKind for WheelsPatch {
         &self.meta
     }
 
+    /// The interpreters and `pyvenv.cfg` target detection looks for under an install prefix.
     fn wanted(&self) -> Vec<String> {
-        Vec::new()
+        target::probe_suffixes()
     }
 
     fn paths(&self) -> Vec<String> {
