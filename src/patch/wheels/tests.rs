@@ -1066,3 +1066,73 @@ fn binary_wheels_are_chosen_per_architecture() {
     assert_eq!(v.outcome, Outcome::Refused);
     assert!(v.reason.contains("demo"), "names the package: {}", v.reason);
 }
+
+#[test]
+fn patch_toml_errors_name_the_file_and_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let write = |toml: &str| {
+        std::fs::write(dir.path().join("patch.toml"), toml).expect("toml");
+        crate::patch::load_folder(dir.path())
+            .expect_err("refused")
+            .to_string()
+    };
+    let head = "id = \"w\"\nkind = \"wheels\"\ntitle = \"t\"\n";
+    let e = write(head);
+    assert!(e.contains("names no lock and removes nothing"), "{e}");
+    let e = write(&format!("{head}remove = [\"a b\"]\n"));
+    assert!(
+        e.contains("patch.toml:4:") && e.contains("not a distribution name"),
+        "{e}"
+    );
+    let e = write(&format!("{head}remove = [\"A\", \"a\"]\n"));
+    assert!(e.contains("named twice"), "{e}");
+    let e = write(&format!("{head}lock = \"missing.toml\"\n"));
+    assert!(
+        e.contains("patch.toml:4:") && e.contains("missing.toml"),
+        "{e}"
+    );
+    let e = write(&format!("{head}remove = [\"a\"]\ntarget = \"rel/dir\"\n"));
+    assert!(e.contains("patch.toml:5:") && e.contains("target"), "{e}");
+    let e = write(&format!("{head}remove = [\"a\"]\nbogus = 1\n"));
+    assert!(e.contains("bogus"), "{e}");
+    std::fs::write(dir.path().join("pylock.toml"), "lock-version = \"9\"\n").expect("lock");
+    let e = write(&format!("{head}lock = \"pylock.toml\"\n"));
+    assert!(e.contains("pylock.toml:1:"), "{e}");
+    std::fs::write(
+        dir.path().join("pylock.toml"),
+        format!("lock-version = \"1.0\"\ncreated-by = \"t\"\n[[packages]]\nname = \"a\"\nversion = \"1\"\n[[packages.wheels]]\nname = \"a-1-py3-none-any.whl\"\npath = \"a-1-py3-none-any.whl\"\nhashes = {{sha256 = \"{}\"}}\n", "0".repeat(64)),
+    )
+    .expect("lock");
+    let e = write(&format!("{head}lock = \"pylock.toml\"\nremove = [\"A\"]\n"));
+    assert!(e.contains("both locked"), "{e}");
+}
+
+impl crate::patch::tree::Layered for Img {
+    fn copies(&self, _suffix: &str) -> Vec<(usize, Vec<FileEntry>)> {
+        Vec::new()
+    }
+    fn added(&self) -> std::ops::Range<usize> {
+        0..0
+    }
+    fn refusal(&self) -> Option<&str> {
+        None
+    }
+}
+
+#[test]
+fn verify_names_a_tampered_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, sha, file) = demo_two(dir.path());
+    let patch = folder(dir.path(), "", &[("demo", "2.0", vec![(file, sha)])]);
+    let mut img = image();
+    img.apply(&patch.decide(&img).changes);
+    assert!(patch.kind().check(&img).problems.is_empty());
+    img.files
+        .insert(format!("{SITE}/demo/cli.py"), b"evil".to_vec());
+    let problems = patch.kind().check(&img).problems;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with(&format!("/{SITE}/demo/cli.py has sha256:")),
+        "{problems:?}"
+    );
+}
