@@ -136,8 +136,16 @@ pub fn applies(marker: Option<&str>, t: &Target) -> Result<bool, String> {
     let Some(marker) = marker.map(str::trim).filter(|m| !m.is_empty()) else {
         return Ok(true);
     };
-    let tree = MarkerTree::from_str(marker)
-        .map_err(|e| format!("marker {marker:?} cannot be read: {}", first_line(e)))?;
+    let tree = MarkerTree::from_str(marker).map_err(|e| {
+        if marker.contains("dependency_groups") || marker.contains("extras") {
+            format!(
+                "marker {marker:?} selects by the lock's extras or dependency groups, which \
+                 runner-patch does not choose from; write the lock for one set of them"
+            )
+        } else {
+            format!("marker {marker:?} cannot be read: {}", first_line(e))
+        }
+    })?;
     Ok(tree.evaluate(&environment(t)?, &[]))
 }
 
@@ -195,10 +203,14 @@ fn unmet<'a>(
     }
 }
 
-/// A requirement as `pip check` prints it: name, sorted extras, sorted specifiers joined by
+/// A requirement as `pip check` prints it: name as written, sorted extras, sorted specifiers joined by
 /// `,`, and `; marker` as written.
 fn shown(req: &Requirement, raw: &str) -> String {
-    let mut out = req.name.to_string();
+    let mut out: String = raw
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+        .collect();
     if !req.extras.is_empty() {
         let mut extras: Vec<String> = req.extras.iter().map(|e| e.to_string()).collect();
         extras.sort();
@@ -214,7 +226,49 @@ fn shown(req: &Requirement, raw: &str) -> String {
         None => {}
     }
     if let Some((_, marker)) = raw.split_once(';') {
-        out.push_str(&format!("; {}", marker.trim()));
+        out.push_str(&format!("; {}", marker_text(marker)));
+    }
+    out
+}
+
+/// A marker as `packaging` prints it: tokens one space apart (none inside parentheses),
+/// strings in double quotes.
+fn marker_text(raw: &str) -> String {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut chars = raw.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        let kind = |c: char| {
+            if c.is_alphanumeric() || c == '_' || c == '.' {
+                1
+            } else if "<>=!~".contains(c) {
+                2
+            } else {
+                0
+            }
+        };
+        match c {
+            c if c.is_whitespace() => {}
+            '(' | ')' => tokens.push(c.to_string()),
+            '\'' | '"' => {
+                let text: String = chars.by_ref().take_while(|d| *d != c).collect();
+                tokens.push(format!("\"{text}\""));
+            }
+            c => {
+                let mut word = c.to_string();
+                while let Some(d) = chars.next_if(|d| kind(*d) == kind(c) && kind(c) != 0) {
+                    word.push(d);
+                }
+                tokens.push(word);
+            }
+        }
+    }
+    let mut out = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let glued = i == 0 || t == ")" || tokens[i - 1] == "(";
+        if !glued {
+            out.push(' ');
+        }
+        out.push_str(t);
     }
     out
 }
@@ -259,6 +313,11 @@ pub fn missing(new: &[Metadata], after: &[Metadata], t: &Target) -> Vec<String> 
     out
 }
 
+/// A version in its normal PEP 440 form (`2.0-rc1` is `2.0rc1`), as written when it is not one.
+fn pep440(version: &str) -> String {
+    Version::from_str(version).map_or_else(|_| version.to_owned(), |v| v.to_string())
+}
+
 /// `pip check`'s lines for `dist` against `have` (unreadable requirements skipped, as they
 /// are not this change's doing).
 fn check(
@@ -266,7 +325,7 @@ fn check(
     have: &BTreeMap<String, &Metadata>,
     env: &MarkerEnvironment,
 ) -> Vec<String> {
-    let who = format!("{} {}", normalize(&dist.name), dist.version);
+    let who = format!("{} {}", normalize(&dist.name), pep440(&dist.version));
     let mut out = Vec::new();
     for raw in &dist.requires_dist {
         let Ok(req) = Requirement::from_str(raw) else {
@@ -281,7 +340,7 @@ fn check(
                 "{who} has requirement {}, but you have {} {}.",
                 shown(&req, raw),
                 normalize(&d.name),
-                d.version
+                pep440(&d.version)
             )),
         }
     }

@@ -86,7 +86,7 @@ pub fn detect(tree: &dyn Tree, site: &str, interpreter: Option<&str>) -> Result<
     };
     Ok(Target {
         python,
-        python_full: python_full(tree, python),
+        python_full: python_full(tree, python, &interpreter),
         glibc: glibc(tree, &arch),
         arch,
         scheme: Scheme {
@@ -190,25 +190,43 @@ fn find_interpreter(tree: &dyn Tree, prefix: &str, xy: Option<(u32, u32)>) -> Op
 
 /// The X.Y an interpreter's links lead to (`usr/bin/python3` -> `python3.11`).
 fn version_of(tree: &dyn Tree, path: &str) -> Option<(u32, u32)> {
-    let name_of = |p: &str| p.rsplit('/').next().and_then(python_xy);
-    if let Some(v) = name_of(path) {
-        return Some(v);
-    }
-    if let Ok(Some(entry)) = tree.file(path) {
-        if let EntryKind::Symlink(target) = &entry.kind {
-            if let Some(v) = name_of(target) {
-                return Some(v);
-            }
-        }
-    }
-    let resolved = tree.resolve(path).ok()?;
-    name_of(&resolved.path).or_else(|| resolved.via.iter().find_map(|(_, t)| name_of(t)))
+    let name_of = |p: &String| p.rsplit('/').next().and_then(python_xy);
+    follow(tree, path).iter().rev().find_map(name_of)
 }
 
-/// X.Y.Z when the config's `PYTHON_VERSION` (the official Python images set it) is of this
-/// X.Y, else "X.Y".
-fn python_full(tree: &dyn Tree, (x, y): (u32, u32)) -> String {
+/// The paths `path` goes through, itself first, its own links followed (not only its
+/// ancestors') up to the file they lead to; empty when it cannot be resolved.
+fn follow(tree: &dyn Tree, path: &str) -> Vec<String> {
+    let mut hops = vec![path.to_owned()];
+    let mut now = path.to_owned();
+    for _ in 0..crate::scan::MAX_LINKS {
+        let Ok(r) = tree.resolve(&now) else {
+            return Vec::new();
+        };
+        now = match r.node {
+            Node::Link(target) => match target.strip_prefix('/') {
+                Some(abs) => abs.to_owned(),
+                None => join(r.path.rsplit_once('/').map_or("", |(d, _)| d), &target),
+            },
+            _ => {
+                hops.push(r.path);
+                return hops;
+            }
+        };
+        hops.push(now.clone());
+    }
+    Vec::new()
+}
+
+/// X.Y.Z: the config's `PYTHON_VERSION` (the official Python images set it) when it is of
+/// this X.Y, else the `PY_VERSION` string inside the interpreter's binary (Debian's links
+/// libpython in), else "X.Y".
+fn python_full(tree: &dyn Tree, (x, y): (u32, u32), interpreter: &str) -> String {
     let short = format!("{x}.{y}");
+    let micro = |v: &str| {
+        v.strip_prefix(&format!("{short}."))
+            .is_some_and(|z| !z.is_empty() && z.bytes().all(|b| b.is_ascii_digit()))
+    };
     let env = tree
         .config()
         .and_then(|c| c.get("config"))
@@ -219,15 +237,34 @@ fn python_full(tree: &dyn Tree, (x, y): (u32, u32)) -> String {
             .and_then(|s| s.strip_prefix("PYTHON_VERSION="))
             .map(str::to_owned)
     });
-    match declared {
-        Some(v)
-            if v.strip_prefix(&format!("{short}."))
-                .is_some_and(|z| !z.is_empty() && z.bytes().all(|b| b.is_ascii_digit())) =>
-        {
-            v
-        }
-        _ => short,
+    if let Some(v) = declared.filter(|v| micro(v)) {
+        return v;
     }
+    let hops = follow(tree, interpreter.trim_start_matches('/'));
+    let binary = match hops.last().map(|p| tree.file(p)) {
+        Some(Ok(Some(e))) if matches!(e.kind, EntryKind::Regular) => Some(e.content),
+        _ => None,
+    };
+    binary.and_then(|b| version_in(&b, &short)).unwrap_or(short)
+}
+
+/// The first NUL-delimited `X.Y.Z` string of `short`'s X.Y in a binary.
+fn version_in(bytes: &[u8], short: &str) -> Option<String> {
+    let needle = format!("\0{short}.");
+    let mut from = 0;
+    while let Some(i) = find(&bytes[from..], needle.as_bytes()) {
+        let start = from + i + 1;
+        let tail = &bytes[start + needle.len() - 1..];
+        let digits = tail.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits > 0 && tail.get(digits) == Some(&0) {
+            let end = start + needle.len() - 1 + digits;
+            return std::str::from_utf8(&bytes[start..end])
+                .ok()
+                .map(str::to_owned);
+        }
+        from = start;
+    }
+    None
 }
 
 /// The glibc of the image's libc for `arch` (its own multiarch dir first).
@@ -238,14 +275,14 @@ fn glibc(tree: &dyn Tree, arch: &str) -> Option<(u32, u32)> {
         let entry = tree.file(p).ok()??;
         let entry = match &entry.kind {
             EntryKind::Regular => entry,
-            _ => tree.file(&tree.resolve(p).ok()?.path).ok()??,
+            _ => tree.file(follow(tree, p).last()?).ok()??,
         };
         glibc_in(&entry.content)
     })
 }
 
 /// "GNU C Library ... release version 2.36" in libc's bytes, else its highest `GLIBC_2.NN`.
-pub(crate) fn glibc_in(bytes: &[u8]) -> Option<(u32, u32)> {
+fn glibc_in(bytes: &[u8]) -> Option<(u32, u32)> {
     let banner = b"release version ";
     if let Some(at) = find(bytes, b"GNU C Library") {
         if let Some(v) =

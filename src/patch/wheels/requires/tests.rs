@@ -156,3 +156,126 @@ fn broken_lists_only_what_the_change_breaks_in_pip_checks_words() {
     let after = vec![new[0].clone()];
     assert_eq!(broken(&new, &after, &after, &t), Vec::<String>::new());
 }
+
+/// `str(Requirement(r))` by pip's vendored `packaging`, one a line (what `pip check` prints).
+fn pips_text(reqs: &[&str]) -> Vec<String> {
+    const SCRIPT: &str = r#"
+import sys
+from pip._vendor.packaging.requirements import Requirement
+for r in sys.argv[1:]:
+    print(Requirement(r))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", SCRIPT])
+        .args(reqs)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn requirements_are_shown_as_pip_check_shows_them() {
+    let reqs = [
+        "torch==2.8.0",
+        "numpy <3, >=1.2",
+        "Foo_Bar[b,a] ~= 1.4 ; python_version<'3.12'",
+        "triton==3.4.0; platform_system == \"Linux\" and platform_machine == \"x86_64\"",
+        "x ; (os_name=='posix' or sys_platform == \"darwin\") and extra == 'gpu'",
+        "y!=1.*,>1",
+        "z; python_version not in '3.8, 3.9'",
+    ];
+    let ours: Vec<String> = reqs
+        .iter()
+        .map(|r| shown(&Requirement::from_str(r).expect("parses"), r))
+        .collect();
+    assert_eq!(ours, pips_text(&reqs));
+}
+
+/// This machine's Python as a target (what `python3 -m pip check` evaluates markers for).
+fn this_python() -> Target {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, platform; print(*sys.version_info[:3], platform.machine())",
+        ])
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let n = |i: usize| f[i].parse::<u32>().expect("a number");
+    let mut t = target(f[3], (n(0), n(1)), Some((2, 36)));
+    t.python_full = format!("{}.{}.{}", f[0], f[1], f[2]);
+    t
+}
+
+#[test]
+fn check_lines_are_pip_checks_own() {
+    let dists = [
+        meta(
+            "RP_A",
+            "1.0",
+            &[
+                "rp-b>=2.0",
+                "rp-c; python_version >= \"3\"",
+                "rp-d; extra == \"x\"",
+                "rp_E<2,>=1",
+            ],
+        ),
+        meta(
+            "rp.b",
+            "2.0-rc1",
+            &["rp-a==1.0", "rp-c; python_version < \"3\""],
+        ),
+        meta(
+            "rp-e",
+            "2.1",
+            &[
+                "rp-f; platform_machine == 'no-such-machine'",
+                "rp-a!=1.*; os_name == 'posix'",
+            ],
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    for d in &dists {
+        let info = dir.path().join(format!(
+            "{}-{}.dist-info",
+            normalize(&d.name).replace('-', "_"),
+            d.version
+        ));
+        std::fs::create_dir(&info).expect("mkdir");
+        let mut text = format!(
+            "Metadata-Version: 2.1\nName: {}\nVersion: {}\n",
+            d.name, d.version
+        );
+        for r in &d.requires_dist {
+            text.push_str(&format!("Requires-Dist: {r}\n"));
+        }
+        std::fs::write(info.join("METADATA"), text).expect("write");
+    }
+    let out = std::process::Command::new("python3")
+        .args(["-m", "pip", "check"])
+        .env("PYTHONPATH", dir.path())
+        .output()
+        .expect("pip check runs");
+    let mut pips: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("rp-"))
+        .map(str::to_owned)
+        .collect();
+    let t = this_python();
+    let env = environment(&t).expect("environment");
+    let have = by_name(&dists);
+    let mut ours: Vec<String> = dists.iter().flat_map(|d| check(d, &have, &env)).collect();
+    pips.sort();
+    ours.sort();
+    assert_eq!(ours.len(), 4, "{ours:?}");
+    assert_eq!(ours, pips);
+}

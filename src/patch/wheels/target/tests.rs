@@ -129,6 +129,30 @@ fn debian_system_python_reads_version_through_link_and_libc_banner() {
 }
 
 #[test]
+fn debian_python_full_version_from_the_interpreter_binary() {
+    let img = Img::new("amd64")
+        .file(
+            "usr/bin/python3.11",
+            b"\x7fELF\x003.11\0%s.%s\x003.11.x\x003.11.2\x00main",
+        )
+        .link("usr/bin/python3", "python3.11");
+    let t = detect(&img, "usr/local/lib/python3.11/dist-packages", None).expect("detects");
+    assert_eq!(t.python_full, "3.11.2");
+    assert_eq!(t.interpreter, "/usr/bin/python3");
+}
+
+#[test]
+fn version_strings_in_binaries() {
+    assert_eq!(
+        version_in(b"\x003.12.10\x00", "3.12").as_deref(),
+        Some("3.12.10")
+    );
+    assert_eq!(version_in(b"\x003.12.1+\x003.12.", "3.12"), None);
+    assert_eq!(version_in(b"x3.12.1\x00", "3.12"), None);
+    assert_eq!(version_in(b"\x003.11.4\x00", "3.12"), None);
+}
+
+#[test]
 fn local_dist_packages_on_arm64_with_usr_merge_link() {
     // Debian's usr-merge: /lib -> usr/lib; libc only under the arm64 multiarch dir.
     let img = Img::new("arm64")
@@ -208,6 +232,21 @@ fn refusals_name_what_is_wrong() {
     )
     .expect_err("relative");
     assert!(e.contains("not an absolute path"), "{e}");
+}
+
+#[test]
+fn an_old_libc_link_is_followed_to_its_file() {
+    // glibc before 2.34: libc.so.6 -> libc-2.31.so.
+    let img = Img::new("amd64")
+        .file("usr/bin/python3.9", b"ELF")
+        .link("usr/bin/python3", "python3.9")
+        .link("lib/x86_64-linux-gnu/libc.so.6", "libc-2.31.so")
+        .file(
+            "lib/x86_64-linux-gnu/libc-2.31.so",
+            b"GLIBC_2.30\0GLIBC_2.31\0",
+        );
+    let t = detect(&img, "usr/lib/python3/dist-packages", None).expect("detects");
+    assert_eq!((t.python, t.glibc), ((3, 9), Some((2, 31))));
 }
 
 #[test]
