@@ -14,7 +14,7 @@ use super::requires::{self, Metadata};
 use super::spec::Spec;
 use super::target::{self, Target};
 use super::uninstall::{self, Context};
-use super::{tags, wheel};
+use super::{filename, tags, wheel};
 use crate::patch::dist::Dist;
 use crate::patch::meta::Meta;
 use crate::patch::tree::Tree;
@@ -124,7 +124,7 @@ impl Decider<'_> {
         let Some(old) = c.old else {
             return Ok(false);
         };
-        let locked = match (&c.pkg.version, tags::parse_name(&c.wheel.filename)) {
+        let locked = match (&c.pkg.version, filename::parse_name(&c.wheel.filename)) {
             (Some(v), _) => v.clone(),
             (None, Ok(n)) => n.version,
             (None, Err(e)) => return Err(e),
@@ -290,7 +290,7 @@ impl Decider<'_> {
     /// Opens and checks one chosen wheel and installs it: the changes, its metadata, a note.
     fn install_one(&self, c: &Chosen<'_>) -> Result<(Installed, Metadata, String), String> {
         let file = self.wheel_file(c.wheel)?;
-        let name = tags::parse_name(&c.wheel.filename)?;
+        let name = filename::parse_name(&c.wheel.filename)?;
         let w = wheel::open(
             &file,
             &c.wheel.filename,

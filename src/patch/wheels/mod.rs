@@ -1,12 +1,13 @@
 //! The `wheels` kind: the wheels of a PEP 751 lock installed as `pip install --no-deps
 //! --no-compile` would install them, per platform, and distributions uninstalled as pip
-//! would, in one layer per patch. Data side: [`lock`] (PEP 751), [`tags`] (wheel names,
-//! platform tags, the choice), [`target`] (what one platform offers), [`requires`] (METADATA,
-//! markers, requirement checks). Install side: [`spec`] (`patch.toml`), [`wheel`] (a wheel
-//! opened and checked in one streamed pass), [`record`] (`RECORD`), [`install`] (the files
-//! pip leaves), [`uninstall`] (the whiteouts pip's removal amounts to), [`decide`] (one
-//! platform's decision). Wheels given by URL are inputs, fetched and checked before any image
-//! is read, kept in a cache named by their sha256.
+//! would, in one layer per patch. Data side: [`lock`] (PEP 751), [`filename`] (wheel file
+//! names), [`tags`] (platform tags, the choice), [`target`] (what one platform offers),
+//! [`requires`] (METADATA, markers, requirement checks). Install side: [`spec`]
+//! (`patch.toml`), [`wheel`] (a wheel opened and checked in one streamed pass), [`record`]
+//! (`RECORD`), [`install`] (the files pip leaves), [`uninstall`] (the whiteouts pip's removal
+//! amounts to), [`dists`] (what the image has installed), [`decide`] (one platform's
+//! decision). Wheels given by URL are inputs, fetched and checked before any image is read,
+//! kept in a cache named by their sha256.
 
 use serde_json::json;
 
@@ -88,8 +89,9 @@ impl PatchKind for WheelsPatch {
         &self.meta
     }
 
+    /// The interpreters and `pyvenv.cfg` target detection looks for under an install prefix.
     fn wanted(&self) -> Vec<String> {
-        Vec::new()
+        target::probe_suffixes()
     }
 
     fn paths(&self) -> Vec<String> {
@@ -124,7 +126,7 @@ impl PatchKind for WheelsPatch {
             .iter()
             .flat_map(|p| p.wheels.iter())
             .filter(|w| {
-                tags::parse_name(&w.filename)
+                filename::parse_name(&w.filename)
                     .map(|n| n.tags.iter().any(|(_, _, plat)| linux(plat)))
                     .unwrap_or(true)
             })

@@ -57,8 +57,22 @@ pub(super) fn build(
     members: &[Member<'_>],
     entry_points: Option<&str>,
 ) -> (PathBuf, String, String) {
+    build_with(dir, dist, version, tag, members, entry_points, "")
+}
+
+/// [`build`] with more `METADATA` header lines (`Requires-Dist: ...\n`).
+pub(super) fn build_with(
+    dir: &Path,
+    dist: &str,
+    version: &str,
+    tag: &str,
+    members: &[Member<'_>],
+    entry_points: Option<&str>,
+    more_metadata: &str,
+) -> (PathBuf, String, String) {
     let info = format!("{dist}-{version}.dist-info");
-    let metadata = format!("Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n\n");
+    let metadata =
+        format!("Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n{more_metadata}\n");
     let wheel_file =
         format!("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n\n");
     let mut all: Vec<(String, Vec<u8>, u32)> = members
@@ -112,6 +126,7 @@ pub(super) fn target() -> Target {
 /// An image in memory: files by path, installed dists found from their `.dist-info` files.
 pub(super) struct Img {
     pub files: BTreeMap<String, Vec<u8>>,
+    pub config: serde_json::Value,
 }
 
 impl Img {
@@ -121,6 +136,19 @@ impl Img {
                 .iter()
                 .map(|(p, b)| (p.to_string(), b.to_vec()))
                 .collect(),
+            config: serde_json::json!({"architecture": "amd64"}),
+        }
+    }
+
+    /// The image once `changes` are laid over it.
+    pub fn apply(&mut self, changes: &[Change]) {
+        let (written, hidden) = applied(changes);
+        for h in hidden {
+            self.files
+                .retain(|p, _| p != &h && !p.starts_with(&format!("{h}/")));
+        }
+        for (p, (b, _)) in written {
+            self.files.insert(p, b);
         }
     }
 
@@ -182,7 +210,7 @@ impl Tree for Img {
         None
     }
     fn config(&self) -> Option<&serde_json::Value> {
-        None
+        Some(&self.config)
     }
     fn resolve(&self, path: &str) -> Result<Resolved, crate::scan::LinkError> {
         let node = if self.files.contains_key(path) {
@@ -791,4 +819,320 @@ fn layers_of_the_same_install_are_the_same_bytes() {
     let (a, b) = (layer(), layer());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.diff_id, b.diff_id);
+}
+
+/// A locked package: name, version, (wheel file, sha256) each.
+type Locked<'a> = (&'a str, &'a str, Vec<(String, String)>);
+
+/// A patch folder: `patch.toml` with `extra` lines, and a lock of `(name, version, wheels)`
+/// whose wheels lie in the folder.
+fn folder(dir: &Path, extra: &str, packages: &[Locked<'_>]) -> crate::patch::Patch {
+    let mut lock = String::from("lock-version = \"1.0\"\ncreated-by = \"test\"\n");
+    for (name, version, wheels) in packages {
+        lock.push_str(&format!(
+            "[[packages]]\nname = \"{name}\"\nversion = \"{version}\"\n"
+        ));
+        for (file, sha) in wheels {
+            lock.push_str(&format!(
+                "[[packages.wheels]]\nname = \"{file}\"\npath = \"{file}\"\nhashes = {{sha256 = \"{sha}\"}}\n"
+            ));
+        }
+    }
+    std::fs::write(dir.join("pylock.toml"), lock).expect("lock");
+    let toml = format!(
+        "id = \"demo-2\"\nkind = \"wheels\"\ntitle = \"demo 2\"\n{}{extra}",
+        if packages.is_empty() {
+            ""
+        } else {
+            "lock = \"pylock.toml\"\n"
+        }
+    );
+    std::fs::write(dir.join("patch.toml"), toml).expect("toml");
+    crate::patch::load_folder(dir).expect("loads")
+}
+
+/// An image with Python 3.11 in /usr/local, glibc 2.36 and demo 1.0 installed.
+fn image() -> Img {
+    let mut img = Img::new(&[
+        ("usr/local/bin/python3.11", b"ELF"),
+        ("usr/local/bin/python3", b"ELF"),
+        (
+            "usr/lib/x86_64-linux-gnu/libc.so.6",
+            b"GNU C Library (Debian GLIBC 2.36-9) stable release version 2.36.",
+        ),
+    ]);
+    img.install(
+        "demo",
+        "1.0",
+        &[
+            ("demo/__init__.py", b"V = 1\n"),
+            ("demo/old.py", b"old\n"),
+            ("../../../bin/demo-old", b"#!x\n"),
+        ],
+    );
+    img
+}
+
+fn demo_two(dir: &Path) -> (PathBuf, String, String) {
+    build(
+        dir,
+        "demo",
+        "2.0",
+        "py3-none-any",
+        &[
+            ("demo/__init__.py", b"V = 2\n", 0o644),
+            ("demo/cli.py", b"def main(): return 0\n", 0o644),
+        ],
+        Some("[console_scripts]\ndemo = demo.cli:main\n"),
+    )
+}
+
+#[test]
+fn an_upgrade_is_decided_applied_then_already_patched_and_verified() {
+    use crate::patch::Outcome;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, sha, file) = demo_two(dir.path());
+    let patch = folder(dir.path(), "", &[("demo", "2.0", vec![(file, sha)])]);
+    let mut img = image();
+    let v = patch.decide(&img);
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    assert!(
+        v.reason.contains("demo 1.0 -> 2.0 (py3-none-any)"),
+        "{}",
+        v.reason
+    );
+    assert_eq!(v.about.version.as_deref(), Some("1.0"));
+    let (written, hidden) = applied(&v.changes);
+    let s = |p: &str| format!("{SITE}/{p}");
+    assert!(
+        hidden.contains(&s("demo/old.py")) && hidden.contains(&s("demo-1.0.dist-info")),
+        "{hidden:?}"
+    );
+    assert!(
+        hidden.contains(&"usr/local/bin/demo-old".to_owned()),
+        "{hidden:?}"
+    );
+    assert!(
+        !hidden.contains(&s("demo/__init__.py")) && !hidden.contains(&s("demo")),
+        "{hidden:?}"
+    );
+    assert!(written["usr/local/bin/demo"]
+        .0
+        .starts_with(b"#!/usr/local/bin/python3\n"));
+    crate::layer::check_changes(&v.changes).expect("a layer can hold them");
+    img.apply(&v.changes);
+    let again = patch.decide(&img);
+    assert_eq!(again.outcome, Outcome::AlreadyPatched, "{}", again.reason);
+    assert!(patch.kind().hashes(&img).contains(&s("demo/cli.py")));
+    img.files.insert(s("demo/cli.py"), b"tampered".to_vec());
+    let v = patch.decide(&img);
+    assert_eq!(
+        v.outcome,
+        Outcome::Patched,
+        "a tampered file is installed again"
+    );
+    let (_, hidden) = applied(&v.changes);
+    assert!(
+        hidden.is_empty(),
+        "a reinstall of the same version hides nothing: {hidden:?}"
+    );
+}
+
+#[test]
+fn remove_uninstalls_and_then_is_already_patched() {
+    use crate::patch::Outcome;
+    let dir = tempfile::tempdir().expect("tmp");
+    let patch = folder(dir.path(), "remove = [\"Demo\"]\n", &[]);
+    let mut img = image();
+    let v = patch.decide(&img);
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    assert!(v.reason.contains("demo 1.0 removed"), "{}", v.reason);
+    let (written, hidden) = applied(&v.changes);
+    assert!(written.is_empty());
+    let s = |p: &str| format!("{SITE}/{p}");
+    assert_eq!(
+        hidden,
+        vec![
+            "usr/local/bin/demo-old".to_owned(),
+            s("demo"),
+            s("demo-1.0.dist-info")
+        ]
+    );
+    img.apply(&v.changes);
+    assert_eq!(patch.decide(&img).outcome, Outcome::AlreadyPatched);
+}
+
+#[test]
+fn a_new_package_goes_to_target_and_refusals_name_what_is_wrong() {
+    use crate::patch::Outcome;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, sha, file) = build_with(
+        dir.path(),
+        "fresh",
+        "0.1",
+        "py3-none-any",
+        &[("fresh.py", b"", 0o644)],
+        None,
+        "Requires-Dist: demo>=1.0\n",
+    );
+    let no_site = folder(
+        dir.path(),
+        "",
+        &[("fresh", "0.1", vec![(file.clone(), sha.clone())])],
+    );
+    let v = no_site.decide(&image());
+    assert_eq!(v.outcome, Outcome::Refused);
+    assert!(v.reason.contains("set `package`"), "{}", v.reason);
+    let by_package = folder(
+        dir.path(),
+        "package = \"demo\"\n",
+        &[("fresh", "0.1", vec![(file.clone(), sha.clone())])],
+    );
+    let v = by_package.decide(&image());
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    assert!(v.reason.contains("fresh 0.1 new"), "{}", v.reason);
+    let (written, _) = applied(&v.changes);
+    assert!(written.contains_key(&format!("{SITE}/fresh.py")));
+    let target = format!("target = \"/{SITE}\"\n");
+    let wrong = folder(
+        dir.path(),
+        &target,
+        &[("fresh", "0.1", vec![(file.clone(), "1".repeat(64))])],
+    );
+    let v = wrong.decide(&image());
+    assert_eq!(v.outcome, Outcome::Refused);
+    assert!(v.reason.contains("the lock names 1111"), "{}", v.reason);
+    let mut bare = image();
+    bare.files.retain(|p, _| !p.contains("demo"));
+    let v = folder(dir.path(), &target, &[("fresh", "0.1", vec![(file, sha)])]).decide(&bare);
+    assert_eq!(v.outcome, Outcome::Refused);
+    assert!(
+        v.reason.contains("demo>=1.0"),
+        "unmet Requires-Dist: {}",
+        v.reason
+    );
+}
+
+#[test]
+fn binary_wheels_are_chosen_per_architecture() {
+    use crate::patch::Outcome;
+    let dir = tempfile::tempdir().expect("tmp");
+    let x86 = build(
+        dir.path(),
+        "demo",
+        "2.0",
+        "cp311-cp311-manylinux_2_17_x86_64",
+        &[("demo/_x.so", b"x86", 0o755)],
+        None,
+    );
+    let arm = build(
+        dir.path(),
+        "demo",
+        "2.0",
+        "cp311-cp311-manylinux_2_17_aarch64",
+        &[("demo/_x.so", b"arm", 0o755)],
+        None,
+    );
+    let patch = folder(
+        dir.path(),
+        "",
+        &[(
+            "demo",
+            "2.0",
+            vec![(x86.2, x86.1), (arm.2.clone(), arm.1.clone())],
+        )],
+    );
+    let mut img = image();
+    let v = patch.decide(&img);
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    let (written, _) = applied(&v.changes);
+    assert_eq!(
+        written[&format!("{SITE}/demo/_x.so")],
+        (b"x86".to_vec(), 0o755)
+    );
+    img.config = serde_json::json!({"architecture": "arm64"});
+    img.files.insert(
+        "usr/lib/aarch64-linux-gnu/libc.so.6".into(),
+        b"GNU C Library (Debian GLIBC 2.36-9) stable release version 2.36.".to_vec(),
+    );
+    let v = patch.decide(&img);
+    assert_eq!(v.outcome, Outcome::Patched, "{}", v.reason);
+    assert!(v.reason.contains("aarch64"), "{}", v.reason);
+    let (written, _) = applied(&v.changes);
+    assert_eq!(written[&format!("{SITE}/demo/_x.so")].0, b"arm");
+    let only_arm = folder(dir.path(), "", &[("demo", "2.0", vec![(arm.2, arm.1)])]);
+    img.config = serde_json::json!({"architecture": "amd64"});
+    let v = only_arm.decide(&img);
+    assert_eq!(v.outcome, Outcome::Refused);
+    assert!(v.reason.contains("demo"), "names the package: {}", v.reason);
+}
+
+#[test]
+fn patch_toml_errors_name_the_file_and_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let write = |toml: &str| {
+        std::fs::write(dir.path().join("patch.toml"), toml).expect("toml");
+        crate::patch::load_folder(dir.path())
+            .expect_err("refused")
+            .to_string()
+    };
+    let head = "id = \"w\"\nkind = \"wheels\"\ntitle = \"t\"\n";
+    let e = write(head);
+    assert!(e.contains("names no lock and removes nothing"), "{e}");
+    let e = write(&format!("{head}remove = [\"a b\"]\n"));
+    assert!(
+        e.contains("patch.toml:4:") && e.contains("not a distribution name"),
+        "{e}"
+    );
+    let e = write(&format!("{head}remove = [\"A\", \"a\"]\n"));
+    assert!(e.contains("named twice"), "{e}");
+    let e = write(&format!("{head}lock = \"missing.toml\"\n"));
+    assert!(
+        e.contains("patch.toml:4:") && e.contains("missing.toml"),
+        "{e}"
+    );
+    let e = write(&format!("{head}remove = [\"a\"]\ntarget = \"rel/dir\"\n"));
+    assert!(e.contains("patch.toml:5:") && e.contains("target"), "{e}");
+    let e = write(&format!("{head}remove = [\"a\"]\nbogus = 1\n"));
+    assert!(e.contains("bogus"), "{e}");
+    std::fs::write(dir.path().join("pylock.toml"), "lock-version = \"9\"\n").expect("lock");
+    let e = write(&format!("{head}lock = \"pylock.toml\"\n"));
+    assert!(e.contains("pylock.toml:1:"), "{e}");
+    std::fs::write(
+        dir.path().join("pylock.toml"),
+        format!("lock-version = \"1.0\"\ncreated-by = \"t\"\n[[packages]]\nname = \"a\"\nversion = \"1\"\n[[packages.wheels]]\nname = \"a-1-py3-none-any.whl\"\npath = \"a-1-py3-none-any.whl\"\nhashes = {{sha256 = \"{}\"}}\n", "0".repeat(64)),
+    )
+    .expect("lock");
+    let e = write(&format!("{head}lock = \"pylock.toml\"\nremove = [\"A\"]\n"));
+    assert!(e.contains("both locked"), "{e}");
+}
+
+impl crate::patch::tree::Layered for Img {
+    fn copies(&self, _suffix: &str) -> Vec<(usize, Vec<FileEntry>)> {
+        Vec::new()
+    }
+    fn added(&self) -> std::ops::Range<usize> {
+        0..0
+    }
+    fn refusal(&self) -> Option<&str> {
+        None
+    }
+}
+
+#[test]
+fn verify_names_a_tampered_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, sha, file) = demo_two(dir.path());
+    let patch = folder(dir.path(), "", &[("demo", "2.0", vec![(file, sha)])]);
+    let mut img = image();
+    img.apply(&patch.decide(&img).changes);
+    assert!(patch.kind().check(&img).problems.is_empty());
+    img.files
+        .insert(format!("{SITE}/demo/cli.py"), b"evil".to_vec());
+    let problems = patch.kind().check(&img).problems;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with(&format!("/{SITE}/demo/cli.py has sha256:")),
+        "{problems:?}"
+    );
 }
