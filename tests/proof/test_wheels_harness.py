@@ -1,0 +1,114 @@
+"""Self-tests of the wheels proof's harness, without runner-patch: the test wheels are valid
+(RECORD agrees with every entry, pip installs them), the fixture image holds what pip installed
+(pip list, pip check, launchers, in a chroot of the umoci-unpacked image), the locks are
+PEP 751 as TOML reads them, and the tree comparison finds what it must find and lets through
+only what pip's install contract leaves free.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from imagekit.wheel import check_record, record_hash
+from tests.proof import pylock, pyroot, wheelimg, wheelset
+from tests.proof.wheeljudge import compare, pip_check, pip_list
+
+REPO = "proof/harness"
+TAG = "cuda12.8-vllm0.11.2"
+
+
+def test_wheels_are_valid_and_reproducible(tmp_path):
+    wheels = [wheelset.demo_pkg_2(), wheelset.fastext("amd64"), wheelset.fastext("arm64"), *wheelset.installed_wheels()]
+    for w in wheels:
+        path = w.write(tmp_path / "a")
+        assert check_record(path) == len(w.entries())
+        assert w.write(tmp_path / "b").read_bytes() == path.read_bytes(), f"{w.filename} is not reproducible"
+    assert wheelset.fastext("amd64").filename == "fastext-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+
+
+def test_pyroot_runs_pip():
+    assert "pip 23" in pyroot.check(pyroot.build("amd64"))
+
+
+@pytest.fixture(scope="module")
+def original(wheels_world, tmp_path_factory):
+    w = wheels_world
+    pushed = w.layers.push(w.addr, REPO, TAG, arches=("amd64", "arm64"), style="oci")
+    root = wheelimg.unpack(w.addr, REPO, "@" + pushed["digest"], "amd64", tmp_path_factory.mktemp("orig"))
+    return pushed, root
+
+
+def test_fixture_image_holds_pips_install(wheels_world, original, tmp_path):
+    _, root = original
+    listed = pip_list(root)
+    for name, version in wheelset.INSTALLED:
+        assert listed[name] == version
+        installer = root / wheelimg.SITE / f"{name.replace('-', '_')}-{version}.dist-info" / "INSTALLER"
+        assert installer.read_text() == "pip\n"
+    assert pip_check(root) == []
+    assert (root / wheelimg.SITE / "demo_pkg/__pycache__").is_dir(), "the fixture install compiles bytecode"
+    assert pyroot.chroot(root, "/usr/local/bin/demo").stdout == "demo-pkg 1.0\n"
+    arm = wheelimg.unpack(wheels_world.addr, REPO, "@" + original[0]["digest"], "arm64", tmp_path / "arm")
+    assert (arm / "usr/lib/aarch64-linux-gnu").is_dir() and (arm / wheelimg.SITE / "nsshare/b").is_dir()
+
+
+def test_locks_are_pep751(wheels_world, tmp_path):
+    by_path = pylock.folder(tmp_path / "p", "lock-path", [wheelset.demo_pkg_2(), wheelset.fastext("amd64"),
+                                                           wheelset.fastext("arm64")], remove=["nsshare-a"])
+    by_url = pylock.folder(tmp_path / "u", "lock-url", [wheelset.fresh_pkg()], base_url=wheels_world.url,
+                           served=wheels_world.served)
+    for folder in (by_path, by_url):
+        lock = tomllib.loads((folder / "pylock.toml").read_text())
+        assert lock["lock-version"] == "1.0"
+        patch = tomllib.loads((folder / "patch.toml").read_text())
+        assert patch["kind"] == "wheels" and patch["lock"] == "pylock.toml"
+        for pkg in lock["packages"]:
+            for wh in pkg["wheels"]:
+                assert set(wh) >= {"name", "size", "hashes"} and ("path" in wh) != ("url" in wh)
+    fastext = [p for p in tomllib.loads((by_path / "pylock.toml").read_text())["packages"] if p["name"] == "fastext"]
+    assert len(fastext) == 1 and len(fastext[0]["wheels"]) == 2
+    wh = tomllib.loads((by_url / "pylock.toml").read_text())["packages"][0]["wheels"][0]
+    with urllib.request.urlopen(wh["url"]) as r:
+        assert len(r.read()) == wh["size"]
+
+
+def test_compare_finds_differences_and_allows_free_ones(wheels_world, original, tmp_path):
+    _, root = original
+    w2 = wheelset.demo_pkg_2().write(tmp_path / "w")
+    a, b = (wheelimg.copy_root(root, tmp_path / n) for n in ("a", "b"))
+    for r in (a, b):
+        wheelimg.pip_install(r, [w2], ["demo-pkg==2.0"])
+    assert compare(a, b) == [], "pip twice on the same tree gives the same tree"
+    site = wheelimg.SITE
+    dist = b / site / "demo_pkg-2.0.dist-info"
+    # free: another launcher template, RECORD rows in another order, another INSTALLER
+    (b / "usr/local/bin/demo").write_text("#!/usr/bin/python3.11\nimport sys\nfrom demo_pkg.cli import main\n"
+                                          "sys.exit(main())\n")
+    rows = (dist / "RECORD").read_text().splitlines()
+    (dist / "INSTALLER").write_text("runner-patch\n")
+    fixed = []
+    for row in reversed(rows):
+        path = row.split(",")[0]
+        if path.endswith("bin/demo") or path.endswith("/INSTALLER"):
+            data = Path(os.path.normpath(dist.parent / path)).read_bytes()
+            row = f"{path},{record_hash(data)},{len(data)}"
+        fixed.append(row)
+    (dist / "RECORD").write_text("\n".join(fixed) + "\n")
+    assert compare(a, b) == []
+    # not free: a changed byte, a mode, an extra file, a launcher of another entry point
+    (b / site / "demo_pkg/util/fmt.py").write_text("changed\n")
+    (b / site / "demo_pkg/cli.py").chmod(0o600)
+    (b / site / "demo_pkg/stray.py").write_text("")
+    (b / "usr/local/bin/demo-admin").write_text("#!/usr/bin/python3\nfrom demo_pkg.util import fmt\nfmt()\n")
+    shutil.rmtree(b / site / "demo_pkg_plugins")
+    got = "\n".join(compare(a, b))
+    for want in ("demo_pkg/util/fmt.py: bytes differ", "demo_pkg/cli.py: mode/owner 0o600",
+                 "only in runner-patch's tree: /" + site + "/demo_pkg/stray.py",
+                 "usr/local/bin/demo-admin: launcher does not call", "only in pip's tree: /" + site + "/demo_pkg_plugins",
+                 "RECORD: demo_pkg/util/fmt.py has", "RECORD: demo_pkg_plugins/__init__.py is not there"):
+        assert want in got, f"{want!r} not reported:\n{got}"
