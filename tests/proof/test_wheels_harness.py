@@ -16,6 +16,7 @@ import pytest
 
 from imagekit.wheel import check_record, record_hash
 from tests.proof import pylock, pyroot, wheelimg, wheelset
+from tests.proof.test_wheels_pip import CASES
 from tests.proof.wheeljudge import compare, pip_check, pip_list
 
 REPO = "proof/harness"
@@ -112,3 +113,17 @@ def test_compare_finds_differences_and_allows_free_ones(wheels_world, original, 
                  "usr/local/bin/demo-admin: launcher does not call", "only in pip's tree: /" + site + "/demo_pkg_plugins",
                  "RECORD: demo_pkg/util/fmt.py has", "RECORD: demo_pkg_plugins/__init__.py is not there"):
         assert want in got, f"{want!r} not reported:\n{got}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cases_hold_for_pip(wheels_world, original, tmp_path, name):
+    """What test_wheels_pip.py asks of runner-patch's tree, pip's own tree shows."""
+    _repo, _pid, wheels, install, opts, shows, versions, _imports, gone = CASES[name]
+    root = wheelimg.copy_root(original[1], tmp_path / "root")
+    if install:
+        wheelimg.pip_install(root, [w.write(tmp_path / "w") for w in wheels()], install)
+    if opts.get("remove"):
+        pyroot.pip(root, "uninstall", "-y", *opts["remove"])
+    shows(root)
+    listed = pip_list(root)
+    assert all(listed.get(n) == v for n, v in versions.items()) and not set(gone) & set(listed), listed
