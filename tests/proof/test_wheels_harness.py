@@ -127,3 +127,17 @@ def test_cases_hold_for_pip(wheels_world, original, tmp_path, name):
     shows(root)
     listed = pip_list(root)
     assert all(listed.get(n) == v for n, v in versions.items()) and not set(gone) & set(listed), listed
+
+
+def test_broken_locks_are_what_they_claim(tmp_path):
+    """Each lock test_wheels_refusals.py hands in is broken in exactly its own way."""
+    from tests.proof.test_wheels_refusals import BROKEN, broken_lock
+    locks = {case: (broken_lock(tmp_path, case, edit) / "pylock.toml").read_text() for case, (edit, _) in BROKEN.items()}
+    with pytest.raises(tomllib.TOMLDecodeError):
+        tomllib.loads(locks["bad-toml"])
+    assert "lock-version" not in tomllib.loads(locks["no-lock-version"])
+    assert tomllib.loads(locks["lock-version-2"])["lock-version"] == "2.0"
+    (pkg,) = tomllib.loads(locks["no-hashes"])["packages"]
+    assert pkg["wheels"] and all("hashes" not in w for w in pkg["wheels"])
+    (pkg,) = tomllib.loads(locks["sdist-only"])["packages"]
+    assert "wheels" not in pkg and pkg["sdist"]["hashes"]["sha256"]
