@@ -141,3 +141,15 @@ def test_broken_locks_are_what_they_claim(tmp_path):
     assert pkg["wheels"] and all("hashes" not in w for w in pkg["wheels"])
     (pkg,) = tomllib.loads(locks["sdist-only"])["packages"]
     assert "wheels" not in pkg and pkg["sdist"]["hashes"]["sha256"]
+
+
+def test_tamper_makes_a_valid_image_with_one_file_changed(wheels_world, original, tmp_path):
+    """The lifecycle test's tampering, on the fixture image (whose top layer is pip's install):
+    umoci unpacks the result (every diff_id checked) and sees only that file changed."""
+    from tests.proof.test_wheels_lifecycle import TAMPERED, tamper
+    path = tamper(wheels_world.addr, REPO, original[0]["digest"], b"demo-pkg 1.0", b"demo-pkg 6.6")
+    assert path.endswith("demo_pkg/cli.py")
+    root = wheelimg.unpack(wheels_world.addr, REPO, ":" + TAMPERED, "amd64", tmp_path / "t")
+    a, b = wheelimg.snapshot(original[1]), wheelimg.snapshot(root)
+    assert sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p)) == [f"{wheelimg.SITE}/demo_pkg/cli.py"]
+    assert b"demo-pkg 6.6" in (root / wheelimg.SITE / "demo_pkg/cli.py").read_bytes()
