@@ -23,6 +23,7 @@ from pathlib import Path
 
 from imagekit.wheel import Wheel, record_hash
 from tests.proof import pylock, pyroot, wheelimg, wheelrun, wheelset
+from tests.proof.wheelimg import check_record
 from tests.proof.wheeljudge import assert_same_tree, inside
 
 TAG = wheelrun.TAG
@@ -36,25 +37,55 @@ def platform_record(record: dict, platform: str) -> dict:
 
 def prove(world, tmp: Path, repo: str, pid: str, wheels: list[Wheel], install: list[str], *,
           remove=(), arches=("amd64",), style="single", by="path", **folder_kw):
-    """Push the fixture image, apply the patch, and judge the amd64 platform against pip (see
-    the module's doc). Returns (digest map record, pip's tree, the patched tree)."""
-    original = world.layers.push(world.addr, repo, TAG, arches=arches, style=style)
+    """A patch folder locking WHEELS (by `path`, or by `url` from the world's server), judged by
+    `prove_folder`."""
     url = {"base_url": world.url, "served": world.served} if by == "url" else {}
     folder = pylock.folder(tmp / pid, pid, wheels, remove=remove, **url, **folder_kw)
+    paths = [w.write(tmp / "judge-wheels") for w in wheels]
+    return prove_folder(world, tmp, repo, folder, paths, install, remove=remove, arches=arches, style=style)
+
+
+def prove_folder(world, tmp: Path, repo: str, folder: Path, wheel_paths: list[Path], install: list[str], *,
+                 remove=(), arches=("amd64",), style="single"):
+    """Push the fixture image, apply the patch FOLDER, and judge the amd64 platform against pip
+    installing INSTALL from WHEEL_PATHS and uninstalling REMOVE (see the module's doc). Returns
+    (digest map record, pip's tree, the patched tree)."""
+    original = world.layers.push(world.addr, repo, TAG, arches=arches, style=style)
     run = wheelrun.apply(world.addr, repo, folder, tmp / "map.json")
     record = run.record
-    assert record["outcome"] == "patched", f"runner-patch apply of {pid}: {run.describe()}"
+    assert record["outcome"] == "patched", f"runner-patch apply of {folder.name}: {run.describe()}"
     assert record["original_digest"] == original["digest"]
 
     pip_root = wheelimg.unpack(world.addr, repo, "@" + original["digest"], "amd64", tmp / "pip")
     if install:
-        amd64_wheels = [w.write(tmp / "judge-wheels") for w in wheels]
-        wheelimg.pip_install(pip_root, amd64_wheels, install)
+        wheelimg.pip_install(pip_root, wheel_paths, install)
     if remove:
         pyroot.pip(pip_root, "uninstall", "-y", *remove)
     tool_root = wheelimg.unpack(world.addr, repo, "@" + record["patched_digest"], "amd64", tmp / "tool")
-    assert_same_tree(pip_root, tool_root, f"{pid} on linux/amd64")
+    assert_same_tree(pip_root, tool_root, f"{folder.name} on linux/amd64")
     return record, pip_root, tool_root
+
+
+def shows_fastext_arm64(world, repo: str, record: dict, tmp: Path) -> None:
+    """The arm64 platform (which cannot run here) holds the aarch64 wheel's files, as its RECORD
+    says, and no x86_64 file; each architecture got its own layer."""
+    arm = wheelimg.unpack(world.addr, repo, "@" + record["patched_digest"], "arm64", tmp / "arm")
+    arm_wheel = wheelset.fastext("arm64").write(tmp / "arm-wheel")
+    with zipfile.ZipFile(arm_wheel) as zf:
+        for name in zf.namelist():
+            if ".dist-info/" in name:
+                continue
+            got = (arm / SITE / name).read_bytes()
+            assert got == zf.read(name), f"arm64: {name} is not the aarch64 wheel's"
+    assert not list((arm / SITE / "fastext").glob("*x86_64*")), "arm64 got the x86_64 extension"
+    assert (arm / SITE / "fastext/ARCH").read_text() == "aarch64"
+    rows = (arm / SITE / "fastext-1.0.dist-info/RECORD").read_text().splitlines()
+    native = [r for r in rows if r.startswith("fastext/_native")]
+    data = (arm / SITE / "fastext/_native.cpython-311-aarch64-linux-gnu.so").read_bytes()
+    assert native == [f"fastext/_native.cpython-311-aarch64-linux-gnu.so,{record_hash(data)},{len(data)}"]
+    assert check_record(arm, f"{SITE}/fastext-1.0.dist-info/RECORD") == []
+    layers = {p["platform"]: p["added_layer"]["digest"] for p in record["platforms"]}
+    assert len(set(layers.values())) == 2, f"one layer per architecture: {layers}"
 
 
 # --- what each case must show in a tree (pip's own tree passes these too:
@@ -157,20 +188,4 @@ def test_binary_wheel_per_architecture(wheels_world, tmp_path):
     index of amd64 and arm64 (`target` names the directory): amd64 judged by pip, which picks
     by the same tags; arm64 holds the aarch64 wheel's files, never the x86_64 ones."""
     record = prove_case(wheels_world, tmp_path, "binary")
-    arm = wheelimg.unpack(wheels_world.addr, "proof/wheels-binary", "@" + record["patched_digest"], "arm64",
-                          tmp_path / "arm")
-    arm_wheel = wheelset.fastext("arm64").write(tmp_path / "arm-wheel")
-    with zipfile.ZipFile(arm_wheel) as zf:
-        for name in zf.namelist():
-            if ".dist-info/" in name:
-                continue
-            got = (arm / SITE / name).read_bytes()
-            assert got == zf.read(name), f"arm64: {name} is not the aarch64 wheel's"
-    assert not list((arm / SITE / "fastext").glob("*x86_64*")), "arm64 got the x86_64 extension"
-    assert (arm / SITE / "fastext/ARCH").read_text() == "aarch64"
-    rows = (arm / SITE / "fastext-1.0.dist-info/RECORD").read_text().splitlines()
-    native = [r for r in rows if r.startswith("fastext/_native")]
-    data = (arm / SITE / "fastext/_native.cpython-311-aarch64-linux-gnu.so").read_bytes()
-    assert native == [f"fastext/_native.cpython-311-aarch64-linux-gnu.so,{record_hash(data)},{len(data)}"]
-    layers = {p["platform"]: p["added_layer"]["digest"] for p in record["platforms"]}
-    assert len(set(layers.values())) == 2, f"one layer per architecture: {layers}"
+    shows_fastext_arm64(wheels_world, "proof/wheels-binary", record, tmp_path)
