@@ -24,8 +24,8 @@ def need(name: str):
 def folder_with_lock(tmp, pid: str, write, world, wheels, requirements, **toml) -> tuple:
     folder = tmp / pid
     folder.mkdir()
-    paths = [w.write(world.served) for w in wheels]
-    write(world.url + "/", requirements, folder / "pylock.toml")
+    paths = [w.write(world.served / pid) for w in wheels]  # a find-links page of these wheels only
+    write(f"{world.url}/{pid}/", requirements, folder / "pylock.toml")
     (folder / "patch.toml").write_text(pylock.patch_toml(pid, **toml))
     return folder, paths, tomllib.loads((folder / "pylock.toml").read_text())
 
@@ -35,7 +35,7 @@ def test_pip_lock(wheels_world, tmp_path):
     folder, paths, lock = folder_with_lock(tmp_path, "pip-locked", locktools.pip_lock, wheels_world,
                                            [wheelset.old_only("1.5"), wheelset.old_only("2.0")], ["old-only==1.5"])
     assert lock["created-by"] == "pip" and [p["name"] for p in lock["packages"]] == ["old-only"]
-    assert lock["packages"][0]["wheels"][0]["url"].startswith(wheels_world.url)
+    assert lock["packages"][0]["wheels"][0]["url"] == f"{wheels_world.url}/pip-locked/{paths[0].name}"
     _, _, tool_root = prove_folder(wheels_world, tmp_path, "proof/wheels-pip-lock", folder, paths, ["old-only==1.5"])
     shows_downgrade(tool_root)
 
