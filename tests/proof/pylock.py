@@ -34,12 +34,16 @@ def wheel_entry(path: Path, ref: str, key: str = "path", sha256: str | None = No
             f"size = {path.stat().st_size}\nhashes = {{sha256 = {_s(digest)}}}\n")
 
 
-def lock_text(packages: list[tuple[str, str, list[str]]], header: str | None = None) -> str:
-    """A pylock.toml of PACKAGES: (name, version, [wheel tables]) each."""
-    out = [header if header is not None else
-           'lock-version = "1.0"\ncreated-by = "runner-patch proof tests"\nrequires-python = ">=3.11"\n']
+def lock_text(packages: list[tuple[str, str, list[str]]], markers: dict[str, str] | None = None,
+              requires_python: str = ">=3.11") -> str:
+    """A pylock.toml of PACKAGES: (name, version, [wheel tables]) each; MARKERS: a package's
+    `marker` by name."""
+    out = ['lock-version = "1.0"\ncreated-by = "runner-patch proof tests"\n'
+           f"requires-python = {_s(requires_python)}\n"]
     for name, version, wheels in packages:
         out.append(f"\n[[packages]]\nname = {_s(normalize(name))}\nversion = {_s(version)}\n")
+        if markers and name in markers:
+            out.append(f"marker = {_s(markers[name])}\n")
         out += ["\n" + w for w in wheels]
     return "".join(out)
 
@@ -60,10 +64,11 @@ def patch_toml(pid: str, remove=(), target: str | None = None, package: str | No
 
 
 def folder(dest: Path, pid: str, wheels: list[Wheel], *, remove=(), target: str | None = None,
-           package: str | None = None, base_url: str | None = None, served: Path | None = None) -> Path:
+           package: str | None = None, base_url: str | None = None, served: Path | None = None,
+           markers: dict[str, str] | None = None, requires_python: str = ">=3.11") -> Path:
     """A patch folder at DEST locking WHEELS (grouped by package, in order): each wheel copied
     into DEST/wheels/ and locked by `path`, or, with BASE_URL, written into SERVED (the server's
-    directory) and locked by `url`."""
+    directory) and locked by `url`; MARKERS and REQUIRES_PYTHON as in `lock_text`."""
     dest.mkdir(parents=True)
     by_pkg: dict[tuple[str, str], list[str]] = {}
     for w in wheels:
@@ -74,7 +79,8 @@ def folder(dest: Path, pid: str, wheels: list[Wheel], *, remove=(), target: str 
             p = w.write(served)
             entry = wheel_entry(p, f"{base_url}/{p.name}", key="url")
         by_pkg.setdefault((w.name, w.version), []).append(entry)
-    (dest / "pylock.toml").write_text(lock_text([(n, v, e) for (n, v), e in by_pkg.items()]))
+    (dest / "pylock.toml").write_text(lock_text([(n, v, e) for (n, v), e in by_pkg.items()], markers,
+                                                requires_python))
     (dest / "patch.toml").write_text(patch_toml(pid, remove, target, package, lock="pylock.toml" if wheels else None))
     return dest
 

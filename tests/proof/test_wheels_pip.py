@@ -101,6 +101,7 @@ def shows_upgrade(root: Path) -> None:
     assert (root / "usr/local/share/demo-pkg/demo.conf").read_text() == "level = 2\n"
     # Debian's pip takes headers to sysconfig's `include` (/usr/include/python3.11), not below /usr/local
     assert (root / "usr/include/python3.11/demo-pkg/demo.h").is_file()
+    assert not (root / SITE / "pywin_helper").exists()
 
 
 def shows_downgrade(root: Path) -> None:
@@ -134,7 +135,8 @@ def shows_binary(root: Path) -> None:
 # (repository, patch id, wheels locked, pip's requirements, prove() options, shows, versions,
 #  imports, gone)
 CASES = {
-    "upgrade": ("proof/wheels-upgrade", "demo-upgrade", lambda: [wheelset.demo_pkg_2()], ["demo-pkg==2.0"], {},
+    "upgrade": ("proof/wheels-upgrade", "demo-upgrade", lambda: [wheelset.demo_pkg_2(), wheelset.pywin_helper()],
+                ["demo-pkg==2.0"], {"markers": {"pywin-helper": 'sys_platform == "win32"'}},
                 shows_upgrade, {"demo-pkg": "2.0", "base-lib": "1.0"},
                 ["demo_pkg", "demo_pkg.util.fmt", "demo_pkg_plugins"], ()),
     "downgrade": ("proof/wheels-downgrade", "old-only-down", lambda: [wheelset.old_only("1.5")], ["old-only==1.5"],
@@ -161,7 +163,9 @@ def prove_case(world, tmp: Path, name: str):
 
 def test_upgrade_with_console_scripts_and_data_dir(wheels_world, tmp_path):
     """demo-pkg 1.0 -> 2.0 (by `path`): a new launcher beside the upgraded one, a module 1.0 had
-    removed with its bytecode, `.data/` scripts (`#!python`), purelib, data and headers."""
+    removed with its bytecode, `.data/` scripts (`#!python`), purelib, data and headers; a
+    package of the lock whose marker is for Windows is left out (and pywin-helper, a
+    requirement of demo-pkg 2.0 with the same marker, is not needed)."""
     prove_case(wheels_world, tmp_path, "upgrade")
 
 

@@ -87,6 +87,12 @@ def test_wheel_for_another_python(wheels_world, image, tmp_path):
     refused(wheels_world, image, tmp_path, folder, (1,), "fastext", ("cp311", "3.11", "cp312"))
 
 
+def test_lock_for_another_python(wheels_world, image, tmp_path):
+    """The lock's `requires-python` (>=3.12) excludes the image's Python 3.11."""
+    folder = pylock.folder(tmp_path / "rp", "lock-py312", [wheelset.old_only("1.5")], requires_python=">=3.12")
+    refused(wheels_world, image, tmp_path, folder, (1,), ("requires-python", ">=3.12"), ("3.11", ">=3.12"))
+
+
 def test_unmet_requires_dist(wheels_world, image, tmp_path):
     folder = pylock.folder(tmp_path / "r", "needs-missing", [wheelset.needs_missing()], target="/" + SITE)
     refused(wheels_world, image, tmp_path, folder, (1,), "absent-lib")

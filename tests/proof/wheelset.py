@@ -90,6 +90,12 @@ def fastext(arch: str, python: str = "cp311") -> Wheel:
                             f"\x7fELF stand-in for the {triple} extension of fastext 1.0\n".encode() * 8})
 
 
+def pywin_helper() -> Wheel:
+    """Locked with a `sys_platform == "win32"` marker, and only a Windows wheel: never installed
+    on a Linux image, and no refusal for the missing Linux wheel."""
+    return Wheel("pywin-helper", "1.0", tag="py3-none-win_amd64", files={"pywin_helper/__init__.py": ""})
+
+
 def needs_missing() -> Wheel:
     return Wheel("needs-missing", "1.0", requires=["absent-lib>=1.0"], files={"needs_missing/__init__.py": ""})
 
