@@ -49,4 +49,4 @@ def test_uv_lock(wheels_world, tmp_path):
     record, _, tool_root = prove_folder(wheels_world, tmp_path, "proof/wheels-uv-lock", folder, paths,
                                         ["fastext==1.0"], arches=("amd64", "arm64"), style="oci")
     assert (tool_root / SITE / "fastext/ARCH").read_text() == "x86_64"
-    shows_fastext_arm64(wheels_world, "proof/wheels-uv-lock", record, tmp_path)
+    shows_fastext_arm64(wheels_world, "proof/wheels-uv-lock", record, tmp_path, paths)

@@ -66,10 +66,34 @@ def prove_folder(world, tmp: Path, repo: str, folder: Path, wheel_paths: list[Pa
     return record, pip_root, tool_root
 
 
-def shows_fastext_arm64(world, repo: str, record: dict, tmp: Path) -> None:
+def like_pip_for_arm64(arm: Path, wheel_paths: list[Path], tmp: Path) -> None:
+    """fastext in the patched arm64 tree is what pip installs for manylinux_2_17_aarch64 from the
+    same wheels (`pip install --target --platform`): the same files, bytes and modes, RECORD the
+    same rows but INSTALLER's."""
+    mine = wheelimg.snapshot(arm / SITE)
+    pips = wheelimg.snapshot(wheelimg.pip_for_platform(tmp / "pip-arm64", wheel_paths, ["fastext==1.0"],
+                                                       "manylinux_2_17_aarch64"))
+    owned = {p for p in mine if p.split("/")[0] in ("fastext", "fastext-1.0.dist-info")}
+    assert owned == set(pips), f"arm64: paths only in runner-patch's {sorted(owned - set(pips))}, " \
+                               f"only in pip's {sorted(set(pips) - owned)}"
+    installer = "fastext-1.0.dist-info/INSTALLER"
+    for p in sorted(pips):
+        if p == installer:
+            continue
+        if p.endswith("/RECORD"):
+            rows = [wheelimg.record_rows((d / p).read_bytes(), {installer})
+                    for d in (arm / SITE, tmp / "pip-arm64" / "platform-site")]
+            assert rows[0] == rows[1], f"arm64 RECORD: {rows[0] ^ rows[1]}"
+        else:
+            assert mine[p] == pips[p], f"arm64 /{SITE}/{p}: {mine[p]} (pip: {pips[p]})"
+
+
+def shows_fastext_arm64(world, repo: str, record: dict, tmp: Path, wheel_paths: list[Path]) -> None:
     """The arm64 platform (which cannot run here) holds the aarch64 wheel's files, as its RECORD
-    says, and no x86_64 file; each architecture got its own layer."""
+    says, and no x86_64 file, as pip installs them for that platform; each architecture got its
+    own layer."""
     arm = wheelimg.unpack(world.addr, repo, "@" + record["patched_digest"], "arm64", tmp / "arm")
+    like_pip_for_arm64(arm, wheel_paths, tmp)
     arm_wheel = wheelset.fastext("arm64").write(tmp / "arm-wheel")
     with zipfile.ZipFile(arm_wheel) as zf:
         for name in zf.namelist():
@@ -192,4 +216,5 @@ def test_binary_wheel_per_architecture(wheels_world, tmp_path):
     index of amd64 and arm64 (`target` names the directory): amd64 judged by pip, which picks
     by the same tags; arm64 holds the aarch64 wheel's files, never the x86_64 ones."""
     record = prove_case(wheels_world, tmp_path, "binary")
-    shows_fastext_arm64(wheels_world, "proof/wheels-binary", record, tmp_path)
+    shows_fastext_arm64(wheels_world, "proof/wheels-binary", record, tmp_path,
+                        sorted((tmp_path / "judge-wheels").glob("*.whl")))

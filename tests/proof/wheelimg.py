@@ -51,7 +51,7 @@ def copy_root(src: Path, dest: Path) -> Path:
 
 
 def pip_install(root: Path, wheels: list[Path], requirements: list[str], compile_: bool = False,
-                env_extra: dict | None = None) -> subprocess.CompletedProcess:
+                env_extra: dict | None = None, extra_args=()) -> subprocess.CompletedProcess:
     """`python3 -m pip install --no-deps --no-index --find-links` of REQUIREMENTS from the
     directory of WHEELS (copied into the root for the run, then removed), in a chroot of ROOT:
     pip picks the wheel by its own tags, and the install is not a direct-URL one (no
@@ -62,7 +62,7 @@ def pip_install(root: Path, wheels: list[Path], requirements: list[str], compile
         for w in wheels:
             shutil.copy2(w, inbox / Path(w).name)
         args = ["install", "--no-deps", "--no-index", "--find-links", "/wheels-in"]
-        args += [] if compile_ else ["--no-compile"]
+        args += ([] if compile_ else ["--no-compile"]) + list(extra_args)
         cmd = [shutil.which("chroot") or "/usr/sbin/chroot", str(root), pyroot.PYTHON, "-m", "pip", *args,
                *requirements, "--break-system-packages"]
         env = {**pyroot.env(), **(env_extra or {})}
@@ -71,6 +71,17 @@ def pip_install(root: Path, wheels: list[Path], requirements: list[str], compile
         return r
     finally:
         shutil.rmtree(inbox)
+
+
+def pip_for_platform(work: Path, wheels: list[Path], requirements: list[str], platform: str) -> Path:
+    """What pip installs of REQUIREMENTS for another PLATFORM (`manylinux_2_17_aarch64`, CPython
+    3.11): pip of the amd64 root, `--target` a directory (the only way pip installs for a
+    platform it does not run on), choosing among WHEELS by their tags. Returns that directory."""
+    root = copy_root(pyroot.build("amd64"), work)
+    pip_install(root, wheels, requirements,
+                extra_args=["--target", "/platform-site", "--platform", platform, "--python-version", "3.11",
+                            "--implementation", "cp", "--abi", "cp311", "--only-binary=:all:"])
+    return root / "platform-site"
 
 
 def installed_root(work: Path, wheels_dir: Path) -> Path:
