@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import tarfile
 
 import pytest
@@ -42,8 +43,9 @@ def test_plan_names_the_wheel_and_pushes_nothing(wheels_world, life):
     assert rec["outcome"] == "patched" and rec["bytes_to_push"] > 0, run.describe()
     for plat in rec["platforms"]:
         text = json.dumps(plat)
-        assert "demo_pkg-2.0-py3-none-any.whl" in text and "1.0" in text, \
-            f"plan of {plat['platform']} does not name the wheel over the installed 1.0: {text}"
+        assert "demo_pkg-2.0-py3-none-any.whl" in text and re.search(r'demo[-_]pkg[^"]*1\.0', text), \
+            f"plan of {plat['platform']} does not name the wheel over the installed demo-pkg 1.0: {text}"
+        assert re.search(r"nsshare[-_]a", text), f"plan of {plat['platform']} does not name the removal: {text}"
         assert plat["bytes_to_push"] > 0
 
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from tests.proof import pyroot
-from tests.proof.wheelimg import (BIN, SITE, check_record, entry_points, launcher_imports, record_rows,
+from tests.proof.wheelimg import (BIN, check_record, entry_points, launcher_imports, record_rows,
                                   resolve, snapshot)
 
 SHOWN = 25  # differences listed in a failure
