@@ -31,15 +31,20 @@ class WheelsWorld:
 
 
 @pytest.fixture(scope="session")
-def wheels_world(tmp_path_factory):
-    """Needs root: pip runs in a chroot of each unpacked image and umoci unpacks as root."""
+def as_root():
+    """The wheels proof runs pip in chroots and unpacks images as root: skipped, saying so,
+    for any other user (CI runs as root)."""
     import os
-
-    from fixtures import registry as fixture_registry
-    from tests.proof.pylock import WheelServer
 
     if os.geteuid() != 0:
         pytest.skip("the wheels proof needs root (chroot into unpacked images); CI runs it as root")
+
+
+@pytest.fixture(scope="session")
+def wheels_world(tmp_path_factory, as_root):
+    from fixtures import registry as fixture_registry
+    from tests.proof.pylock import WheelServer
+
     work = tmp_path_factory.mktemp("wheels")
     registry_dir = work / "registry"
     registry_dir.mkdir()

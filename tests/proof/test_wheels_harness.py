@@ -32,7 +32,7 @@ def test_wheels_are_valid_and_reproducible(tmp_path):
     assert wheelset.fastext("amd64").filename == "fastext-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
 
 
-def test_pyroot_runs_pip():
+def test_pyroot_runs_pip(as_root):
     assert "pip 23" in pyroot.check(pyroot.build("amd64"))
 
 
@@ -155,7 +155,7 @@ def test_tamper_makes_a_valid_image_with_one_file_changed(wheels_world, original
     assert b"demo-pkg 6.6" in (root / wheelimg.SITE / "demo_pkg/cli.py").read_bytes()
 
 
-def test_pip_for_arm64_picks_the_aarch64_wheel(tmp_path):
+def test_pip_for_arm64_picks_the_aarch64_wheel(as_root, tmp_path):
     """The arm64 judge: pip, told the platform, takes the aarch64 cp311 wheel of the three."""
     wheels = [wheelset.fastext("amd64").write(tmp_path / "w"), wheelset.fastext("arm64").write(tmp_path / "w"),
               wheelset.fastext("amd64", "cp312").write(tmp_path / "w")]

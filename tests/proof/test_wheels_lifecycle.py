@@ -1,6 +1,7 @@
 """A `wheels` patch through its life (issue 18): `plan` says which wheel goes over which
 installed version and pushes nothing; `apply` patches both platforms of a Docker list; a re-run
-is `already-patched` and writes nothing to the registry's storage; `verify` passes; an image
+is `already-patched` and writes nothing to the registry's storage; the same image elsewhere gets
+the same layers (reproducible); `verify` passes; an image
 whose wheels layer has one file changed (the layer rebuilt with other bytes for it, the config's
 diff_id and the manifest fixed up so the image is otherwise valid) fails `verify`, which names
 that file; `rollback` puts the original digest back.
@@ -54,11 +55,22 @@ def test_apply_then_rerun_is_already_patched(wheels_world, life):
     assert run.record["outcome"] == "patched", run.describe()
     assert {p["platform"] for p in run.record["platforms"]} == {"linux/amd64", "linux/arm64/v8"}
     life["patched"] = run.record["patched_digest"]
+    life["layers"] = {p["platform"]: p["added_layer"]["digest"] for p in run.record["platforms"]}
     before = wheelrun.storage(wheels_world.registry_dir)
     again = wheelrun.apply(wheels_world.addr, REPO, life["folder"], life["tmp"] / "map-again.json")
     assert again.record["outcome"] == "already-patched", again.describe()
     assert wheelrun.storage(wheels_world.registry_dir) == before, "a re-run pushed something"
     assert wheelrun.served(wheels_world.addr, REPO) == life["patched"]
+
+
+def test_same_lock_on_the_same_image_gives_the_same_layer(wheels_world, life):
+    """Reproducible: the same image in another repository gets layers of the same digests."""
+    patched(life)
+    other = "proof/wheels-life-again"
+    wheels_world.layers.push(wheels_world.addr, other, wheelrun.TAG, arches=("amd64", "arm64"), style="docker")
+    run = wheelrun.apply(wheels_world.addr, other, life["folder"], life["tmp"] / "map-other.json")
+    assert run.record["outcome"] == "patched", run.describe()
+    assert {p["platform"]: p["added_layer"]["digest"] for p in run.record["platforms"]} == life["layers"]
 
 
 def test_verify_passes(wheels_world, life):
