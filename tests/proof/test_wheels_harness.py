@@ -17,7 +17,7 @@ import pytest
 from imagekit.wheel import check_record, record_hash
 from tests.proof import pylock, pyroot, wheelimg, wheelset
 from tests.proof.test_wheels_pip import CASES
-from tests.proof.wheeljudge import compare, pip_check, pip_list
+from tests.proof.wheeljudge import compare, inside, pip_check, pip_list
 
 REPO = "proof/harness"
 TAG = "cuda12.8-vllm0.11.2"
@@ -164,3 +164,25 @@ def test_pip_for_arm64_picks_the_aarch64_wheel(as_root, tmp_path):
     assert sorted(p.name for p in (site / "fastext").iterdir()) == [
         "ARCH", "__init__.py", "_native.cpython-311-aarch64-linux-gnu.so"]
     assert wheelimg.check_record(site, "fastext-1.0.dist-info/RECORD") == []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_judges_pass_an_image_equal_to_pips_install(wheels_world, original, tmp_path, name):
+    """The judges of test_wheels_pip.py on an image whose top layer is exactly pip's change
+    (`wheelimg.diff_layer`, whiteouts for what pip removed), through the registry and umoci:
+    no difference, and `inside` passes when the warnings are pip check's own lines."""
+    _repo, _pid, wheels, install, opts, shows, versions, imports, gone = CASES[name]
+    paths = [w.write(tmp_path / "w") for w in wheels()]
+    pip_root = wheelimg.copy_root(original[1], tmp_path / "pip")
+    if install:
+        wheelimg.pip_install(pip_root, paths, install)
+    if opts.get("remove"):
+        pyroot.pip(pip_root, "uninstall", "-y", *opts["remove"])
+    ref = wheelimg.diff_layer(original[1], pip_root, f"reference of {name}")
+    repo = f"proof/harness-ref-{name}"
+    pushed = wheels_world.layers.push(wheels_world.addr, repo, TAG, extra=lambda _a: [ref])
+    root = wheelimg.unpack(wheels_world.addr, repo, "@" + pushed["digest"], "amd64", tmp_path / "ref")
+    assert compare(pip_root, root) == []
+    shows(root)
+    record = {"platform": "linux/amd64", "warnings": pip_check(pip_root)}
+    inside(pip_root, root, versions, imports, record, gone=gone)

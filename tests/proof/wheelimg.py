@@ -24,6 +24,7 @@ import subprocess
 from pathlib import Path
 
 from imagekit.image import push
+from imagekit.layer import Layer
 from imagekit.media import AMD64, ARM64
 from imagekit.registry import Client
 from imagekit.tree import TreeLayer
@@ -135,6 +136,30 @@ def unpack(addr: str, repo: str, ref: str, arch: str, into: Path) -> Path:
          *variant, f"docker://{addr}/{repo}{ref}", f"oci:{layout}:t"])
     run(["umoci", "unpack", "--image", f"{layout}:t", str(bundle)])
     return bundle / "rootfs"
+
+
+def diff_layer(before: Path, after: Path, created_by: str) -> Layer:
+    """A layer that turns the tree BEFORE into AFTER: what AFTER adds or changes (files with
+    their modes, directories, links), and a whiteout for each path it drops (a dropped
+    directory's whiteout stands for what was below it). The harness's reference of a correct
+    patch layer, to show the judges pass what they must pass."""
+    a, b = snapshot(before), snapshot(after)
+    layer = Layer(created_by)
+    for p in sorted(set(b), key=lambda p: p.split("/")):
+        if a.get(p) == b[p]:
+            continue
+        kind = b[p][0]
+        if kind == "dir":
+            layer.dir(p, b[p][1])
+        elif kind == "link":
+            layer.symlink(p, b[p][1])
+        else:
+            layer.file(p, (after / p).read_bytes(), b[p][1])
+    for p in sorted(set(a) - set(b)):
+        if os.path.dirname(p) in set(a) - set(b):
+            continue  # below a dropped directory
+        layer.whiteout(p)
+    return layer
 
 
 # --- trees ------------------------------------------------------------------------------------
