@@ -186,3 +186,30 @@ def test_judges_pass_an_image_equal_to_pips_install(wheels_world, original, tmp_
     shows(root)
     record = {"platform": "linux/amd64", "warnings": pip_check(pip_root)}
     inside(pip_root, root, versions, imports, record, gone=gone)
+
+
+def test_arm64_judge_passes_pips_platform_install(wheels_world, original, tmp_path):
+    """The arm64 judge of test_wheels_pip.py on a two-platform image whose arm64 top layer is
+    what pip installs for manylinux_2_17_aarch64 (and amd64's is pip's own install)."""
+    from imagekit.layer import Layer
+    from tests.proof.test_wheels_pip import shows_fastext_arm64
+    _repo, _pid, wheels, install, *_ = CASES["binary"]
+    paths = [w.write(tmp_path / "w") for w in wheels()]
+    amd = wheelimg.copy_root(original[1], tmp_path / "amd")
+    wheelimg.pip_install(amd, paths, install)
+    refs = {"amd64": wheelimg.diff_layer(original[1], amd, "reference amd64")}
+    site = wheelimg.pip_for_platform(tmp_path / "arm", paths, install, "manylinux_2_17_aarch64")
+    arm = Layer("reference arm64")
+    for rel, entry in sorted(wheelimg.snapshot(site).items()):
+        if entry[0] == "dir":
+            arm.dir(f"{wheelimg.SITE}/{rel}", entry[1])
+        else:
+            arm.file(f"{wheelimg.SITE}/{rel}", (site / rel).read_bytes(), entry[1])
+    refs["arm64"] = arm
+    repo = "proof/harness-ref-arm64"
+    pushed = wheels_world.layers.push(wheels_world.addr, repo, TAG, arches=("amd64", "arm64"), style="oci",
+                                      extra=lambda a: [refs[a]])
+    record = {"patched_digest": pushed["digest"],
+              "platforms": [{"platform": p, "added_layer": {"digest": refs[p.split("/")[1]].build()["digest"]}}
+                            for p in pushed["children"]]}
+    shows_fastext_arm64(wheels_world, repo, record, tmp_path, paths)
