@@ -123,10 +123,12 @@ class Wheel:
             return _bytes(val[0]), val[1]
         return _bytes(val), 0o644
 
-    def bytes(self):
+    def bytes(self, entries=None):
+        """The wheel's bytes; ENTRIES (as `entries()` gives them) replace its own, to make a
+        broken one."""
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-            for path, data, mode in self.entries():
+            for path, data, mode in self.entries() if entries is None else entries:
                 zi = zipfile.ZipInfo(path, DATE)
                 zi.external_attr = (0o100000 | mode) << 16
                 zi.compress_type = zipfile.ZIP_DEFLATED
@@ -134,11 +136,12 @@ class Wheel:
                 zf.writestr(zi, data)
         return buf.getvalue()
 
-    def write(self, directory):
-        """Writes the wheel into DIRECTORY under its PEP 427 file name; returns the path."""
+    def write(self, directory, entries=None):
+        """Writes the wheel (or one of ENTRIES, see `bytes`) into DIRECTORY under its PEP 427
+        file name; returns the path."""
         path = Path(directory) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.bytes())
+        path.write_bytes(self.bytes(entries))
         return path
 
 

@@ -213,3 +213,25 @@ def test_arm64_judge_passes_pips_platform_install(wheels_world, original, tmp_pa
               "platforms": [{"platform": p, "added_layer": {"digest": refs[p.split("/")[1]].build()["digest"]}}
                             for p in pushed["children"]]}
     shows_fastext_arm64(wheels_world, repo, record, tmp_path, paths)
+
+
+def test_hostile_wheels_are_what_they_claim(as_root, tmp_path):
+    """Each hostile wheel of test_wheels_refusals.py is broken in its own way; pip itself
+    refuses the climbing one."""
+    import zipfile
+    paths = {n: f().write(tmp_path / n) for n, f in (("climbing", wheelset.climbing), ("absolute", wheelset.absolute),
+                                                    ("twice", wheelset.twice), ("bad-record", wheelset.bad_record))}
+    with zipfile.ZipFile(paths["climbing"]) as zf:
+        assert "../../../../../etc/climbed.conf" in zf.namelist()
+    with zipfile.ZipFile(paths["absolute"]) as zf:
+        assert "/etc/absolute.conf" in zf.namelist()
+    with zipfile.ZipFile(paths["twice"]) as zf:
+        assert zf.namelist().count("twice/__init__.py") == 2
+    for name in ("climbing", "absolute"):
+        assert check_record(paths[name])  # RECORD agrees with the archive: only the names are hostile
+    with pytest.raises(ValueError, match="bad_record/__init__.py"):
+        check_record(paths["bad-record"])
+    root = wheelimg.copy_root(pyroot.build("amd64"), tmp_path / "root")
+    with pytest.raises(AssertionError, match="outside"):
+        wheelimg.pip_install(root, [paths["climbing"]], ["climber==1.0"])
+    assert not (root / "etc/climbed.conf").exists()

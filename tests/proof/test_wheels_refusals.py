@@ -98,6 +98,23 @@ def test_unmet_requires_dist(wheels_world, image, tmp_path):
     refused(wheels_world, image, tmp_path, folder, (1,), "absent-lib")
 
 
+# --- wheels that are hostile input: refused with one line, before anything is pushed ---------
+
+HOSTILE = {
+    "climbing": (wheelset.climbing, ("climbed.conf",)),
+    "absolute": (wheelset.absolute, ("absolute.conf",)),
+    "twice": (wheelset.twice, ("twice/__init__.py", ("twice", "duplicate", "more than once"))),
+    "bad-record": (wheelset.bad_record, ("bad_record/__init__.py", "RECORD")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_wheel(wheels_world, image, tmp_path, case):
+    make, words = HOSTILE[case]
+    folder = pylock.folder(tmp_path / case, f"hostile-{case}", [make()], target="/" + SITE)
+    refused(wheels_world, image, tmp_path, folder, (1, 2), *words)
+
+
 # --- locks that are not valid PEP 751: a bad patch folder, an error before any request -------
 
 def broken_lock(tmp, pid: str, edit):

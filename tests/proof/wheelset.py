@@ -10,9 +10,10 @@ nsshare-a 1.0 and nsshare-b 1.0 (one namespace package directory, `nsshare/`, sh
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from imagekit.wheel import Wheel
+from imagekit.wheel import Wheel, record_hash
 
 INSTALLED = [("demo-pkg", "1.0"), ("base-lib", "1.0"), ("old-only", "2.0"), ("dep-user", "1.0"),
              ("nsshare-a", "1.0"), ("nsshare-b", "1.0")]
@@ -98,6 +99,56 @@ def pywin_helper() -> Wheel:
 
 def needs_missing() -> Wheel:
     return Wheel("needs-missing", "1.0", requires=["absent-lib>=1.0"], files={"needs_missing/__init__.py": ""})
+
+
+class Broken(Wheel):
+    """A wheel whose entries EDIT changes after they are made (RECORD included), for the
+    refusals of hostile input."""
+
+    def __init__(self, *args, edit, **kw):
+        super().__init__(*args, **kw)
+        self.edit = edit
+
+    def entries(self):
+        return self.edit(super().entries())
+
+    def bytes(self, entries=None):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zipfile's "Duplicate name", meant here
+            return super().bytes(entries)
+
+
+def _same(entries):
+    return entries
+
+
+def climbing() -> Wheel:
+    """An entry whose `..` climbs out of the site directory (RECORD agrees with it)."""
+    return Broken("climber", "1.0", edit=_same, files={"climber/__init__.py": "",
+                                                       "../../../../../etc/climbed.conf": "owned\n"})
+
+
+def absolute() -> Wheel:
+    return Broken("absolute-name", "1.0", edit=_same, files={"absolute_name/__init__.py": "",
+                                                            "/etc/absolute.conf": "owned\n"})
+
+
+def twice() -> Wheel:
+    """One name given twice in the archive, with other bytes the second time."""
+    def edit(entries):
+        first = [e for e in entries if e[0] == "twice/__init__.py"][0]
+        return entries[:-1] + [(first[0], b"SECOND = True\n", first[2]), entries[-1]]
+    return Broken("twice", "1.0", edit=edit, files={"twice/__init__.py": "FIRST = True\n"})
+
+
+def bad_record() -> Wheel:
+    """RECORD gives a module a hash that is not its bytes'."""
+    good, other = b"X = 1\n", b"X = 2\n"
+
+    def edit(entries):
+        return [(p, d.replace(record_hash(good).encode(), record_hash(other).encode()) if p.endswith("/RECORD") else d, m)
+                for p, d, m in entries]
+    return Broken("bad-record", "1.0", edit=edit, files={"bad_record/__init__.py": good})
 
 
 def installed_wheels() -> list[Wheel]:
