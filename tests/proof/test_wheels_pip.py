@@ -7,14 +7,16 @@ distributions are Debian's and pip's own; then
   the same wheels (and `pip uninstall -y` of what the patch removes) from its own Python, in a
   chroot;
 - the PATCHED image, unpacked by umoci, must be the same tree: same paths, bytes, modes, owners
-  and links, except INSTALLER's text, RECORD's row order and launchers that run the same entry
-  point (`wheeljudge.compare`);
+  and links, except INSTALLER's text, RECORD's row order, launchers that run the same entry
+  point and the interpreter path of a rewritten `#!python` line, when it is the same file
+  (`wheeljudge.compare`);
 - in a chroot of the patched tree, pip lists the locked versions, `pip check` names exactly the
   problems the digest map's `warnings` name, every package imports and every launcher prints
   what pip's launcher prints.
 
 The arm64 platform of the two-platform image cannot run here: its tree must hold the arm64
-wheel's files (and not the amd64 wheel's), matching the wheel's RECORD.
+wheel's files (and not the amd64 wheel's), matching the wheel's RECORD, exactly as pip installs
+them for that platform (`pip install --target --platform manylinux_2_17_aarch64`).
 """
 from __future__ import annotations
 
