@@ -124,6 +124,7 @@ def shows_upgrade(root: Path) -> None:
     assert pyroot.chroot(root, "/usr/local/bin/demo-tool").stdout == "demo-tool 2.0\n"
     assert pyroot.chroot(root, "/usr/local/bin/demo").stdout == "demo-pkg 2.0 with base-lib 1.0\n"
     assert pyroot.chroot(root, "/usr/local/bin/demo-admin").stdout == "demo-pkg 2.0 admin\n"
+    assert pyroot.chroot(root, "/usr/local/bin/demo-gui").stdout == "demo-pkg 2.0 admin\n"
     assert (root / "usr/local/share/demo-pkg/demo.conf").read_text() == "level = 2\n"
     # Debian's pip takes headers to sysconfig's `include` (/usr/include/python3.11), not below /usr/local
     assert (root / "usr/include/python3.11/demo-pkg/demo.h").is_file()

@@ -38,12 +38,13 @@ def demo_pkg_1() -> Wheel:
 
 
 def demo_pkg_2() -> Wheel:
-    """The upgrade: two console scripts, a `.data` directory of every kind, a requirement
-    whose marker excludes this platform."""
+    """The upgrade: two console scripts and a gui script, a `.data` directory of every kind, a
+    requirement whose marker excludes this platform."""
     return Wheel(
         "demo-pkg", "2.0",
         requires=["base-lib>=1.0", 'pywin-helper>=1; sys_platform == "win32"'],
         console_scripts={"demo": "demo_pkg.cli:main", "demo-admin": "demo_pkg.cli:admin"},
+        gui_scripts={"demo-gui": "demo_pkg.cli:admin"},
         files={"demo_pkg/__init__.py": 'VERSION = "2.0"\n',
                "demo_pkg/cli.py": _cli("demo-pkg", "2.0", ', "with base-lib", __import__("base_lib").VERSION'),
                "demo_pkg/util/__init__.py": "",
