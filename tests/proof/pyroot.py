@@ -8,7 +8,8 @@ each is unpacked with `dpkg-deb -x`; the root is then laid out as Debian's image
 `/usr` (`/bin`, `/sbin`, `/lib`, `/lib64` are links into `/usr`), a dpkg status file listing the
 packages (where the image's glibc version can be read), `/tmp` 1777, an ld.so cache. One root per
 architecture (amd64 runs here; arm64 is only read), built once per machine under
-`${RUNNER_PATCH_CACHE:-$HOME/.cache/runner-patch}/pyroot/<arch>/root` and reused.
+`${RUNNER_PATCH_CACHE:-$HOME/.cache/runner-patch}/pyroot/<arch>-<key>/root` (the key: a hash of the
+package list and the sources) and reused.
 
     python3 -m tests.proof.pyroot build [amd64|arm64 ...]   # prints each root
     python3 -m tests.proof.pyroot check                     # chroot ROOT python3 -m pip --version
@@ -18,6 +19,7 @@ Needs root (chroot, and files owned by root), `apt-get`, `dpkg-deb`, network to 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -144,7 +146,8 @@ def build(arch: str = "amd64") -> Path:
         raise PyrootError(f"unknown architecture {arch!r} (one of {', '.join(ARCHES)})")
     if os.geteuid() != 0:
         raise PyrootError("building the Python root needs root (files owned by root, chroot)")
-    base = cache_base() / arch
+    key = hashlib.sha256("\n".join(PACKAGES + SOURCES).encode()).hexdigest()[:12]
+    base = cache_base() / f"{arch}-{key}"  # another package list is another root
     base.mkdir(parents=True, exist_ok=True)
     root = base / "root"
     with open(base / ".lock", "w") as lock:
