@@ -59,6 +59,8 @@ def test_apply_then_rerun_is_already_patched(wheels_world, life):
     before = wheelrun.storage(wheels_world.registry_dir)
     again = wheelrun.apply(wheels_world.addr, REPO, life["folder"], life["tmp"] / "map-again.json")
     assert again.record["outcome"] == "already-patched", again.describe()
+    planned = wheelrun.plan(wheels_world.addr, REPO, life["folder"])
+    assert planned.code == 0 and planned.record["outcome"] == "already-patched", planned.describe()
     assert wheelrun.storage(wheels_world.registry_dir) == before, "a re-run pushed something"
     assert wheelrun.served(wheels_world.addr, REPO) == life["patched"]
 
@@ -77,6 +79,8 @@ def test_verify_passes(wheels_world, life):
     patched(life)
     run = wheelrun.verify(life["folder"], life["map"])
     assert run.code == 0, run.describe()
+    by_ref = wheelrun.verify(life["folder"], refs=[f"{wheels_world.addr}/{REPO}:{wheelrun.TAG}"])
+    assert by_ref.code == 0, f"verify by reference, without the map: {by_ref.describe()}"
 
 
 def patched(life) -> str:
