@@ -115,7 +115,7 @@ def shows_fastext_arm64(world, repo: str, record: dict, tmp: Path, wheel_paths: 
 
 
 # --- what each case must show in a tree (pip's own tree passes these too:
-# test_wheels_harness.py::test_cases_hold_for_pip) ------------------------------------------------
+# test_wheels_harness.py::test_judges_pass_an_image_equal_to_pips_install) ------------------
 
 def shows_upgrade(root: Path) -> None:
     site = root / SITE
