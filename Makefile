@@ -16,7 +16,7 @@ PLATFORMS ?= linux/$(DIST_ARCH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
-.PHONY: all build dist image demo demo-stop test test-rust test-proof verify-engine bench lint fmt clean
+.PHONY: all build dist image demo demo-stop test test-rust test-proof test-proof-wheels verify-engine bench lint fmt clean
 
 all: build
 
@@ -62,6 +62,13 @@ test-rust: build image
 
 test-proof: build
 	RUNNER_PATCH_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q tests/proof
+
+# The `wheels` kind judged by pip in chroots of the unpacked images (part of test-proof too;
+# needs root). The Python root and the lock writers are cached after the first run.
+test-proof-wheels: build
+	RUNNER_PATCH_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q tests/proof/test_wheels_harness.py \
+		tests/proof/test_wheels_pip.py tests/proof/test_wheels_refusals.py \
+		tests/proof/test_wheels_lifecycle.py tests/proof/test_wheels_locks.py
 
 verify-engine: build
 	bash tests/proof/verify_engine.sh

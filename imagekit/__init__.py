@@ -14,6 +14,9 @@ through `pythonpath` in pytest.ini.
     imagekit.registry  a distribution-API client over plain HTTP: blobs and manifests up and
                        down, every digest checked
     imagekit.vllm      the synthetic vLLM package as layer entries (sources from imagekit.pysrc)
+    imagekit.tree      a layer streamed from a directory on disk (a root filesystem)
+    imagekit.wheel     test wheels (PEP 427): METADATA, entry points, RECORD, `.data/`; pure
+                       or tagged for one interpreter and platform; reproducible bytes
 """
 
 from imagekit.digest import sha256

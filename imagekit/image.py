@@ -6,7 +6,8 @@ index, configs and manifests in the family's media types, pushed blobs first and
 STYLE: "docker" (a Docker list of Docker v2 manifests), "oci" (an OCI index of OCI manifests),
 "single" (one manifest, the only platform given, OCI-typed) or "single-docker". Layers are
 `imagekit.layer.Layer` objects; a platform's config lists their diff_ids and one history entry
-each. Returns {"digest": the tag's manifest digest, "children": {platform key: digest},
+each; a layer may also be built into a file (`imagekit.tree.TreeLayer`), which is uploaded from
+there. Returns {"digest": the tag's manifest digest, "children": {platform key: digest},
 "configs": {platform key: config JSON}}.
 """
 
@@ -47,13 +48,17 @@ def push(client, tag, platforms, style="oci", env=("PATH=/usr/local/sbin:/usr/lo
     for platform, layers in platforms.items():
         built = [L.build() for L in layers]
         for b in built:
-            client.push_blob(b["blob"])
+            if "path" in b:
+                client.push_blob(path=b["path"], digest=b["digest"], size=b["size"])
+            else:
+                client.push_blob(b["blob"])
         cfg = config_for(platform, built, layers, env)
         cfg_bytes = json.dumps(cfg, separators=(",", ":")).encode()
         client.push_blob(cfg_bytes)
         m = manifest.image_manifest(
             manifest_mt, manifest.descriptor(config_mt, cfg_bytes),
-            [manifest.descriptor(layer_mt, digest=b["digest"], size=len(b["blob"])) for b in built])
+            [manifest.descriptor(layer_mt, digest=b["digest"], size=b["size"] if "path" in b else len(b["blob"]))
+             for b in built])
         doc = manifest.dump(m, docker_json=fam == "docker")
         digest = client.put_manifest(sha256(doc), doc, manifest_mt)
         children[platform.key] = digest

@@ -16,3 +16,43 @@ def patch_bin():
         pytest.fail(f"runner-patch binary not found at {path}: run `cargo build --release` "
                     f"or set RUNNER_PATCH_BIN")
     return path
+
+
+class WheelsWorld:
+    """What every wheels proof test shares: a registry, the test wheels, the fixture layers,
+    a plain HTTP server of wheels for locks that name a `url`."""
+
+    def __init__(self, work, addr, registry_dir, served, url):
+        from tests.proof import wheelimg, wheelset
+        self.work, self.addr, self.registry_dir, self.served, self.url = work, addr, registry_dir, served, url
+        self.wheels = work / "wheels"
+        wheelset.write(wheelset.installed_wheels(), self.wheels)
+        self.layers = wheelimg.Layers(work, self.wheels)
+
+
+@pytest.fixture(scope="session")
+def as_root():
+    """The wheels proof runs pip in chroots and unpacks images as root: skipped, saying so,
+    for any other user (CI runs as root)."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the wheels proof needs root (chroot into unpacked images); CI runs it as root")
+
+
+@pytest.fixture(scope="session")
+def wheels_world(tmp_path_factory, as_root):
+    from fixtures import registry as fixture_registry
+    from tests.proof.pylock import WheelServer
+
+    work = tmp_path_factory.mktemp("wheels")
+    registry_dir = work / "registry"
+    registry_dir.mkdir()
+    served = work / "served"
+    served.mkdir()
+    addr, _ = fixture_registry.start(registry_dir)
+    try:
+        with WheelServer(served) as url:
+            yield WheelsWorld(work, addr, registry_dir, served, url)
+    finally:
+        fixture_registry.stop(registry_dir)
