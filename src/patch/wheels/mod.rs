@@ -102,6 +102,21 @@ impl PatchKind for WheelsPatch {
         true
     }
 
+    /// What a wheels layer may hold, known before its wheels are opened: paths inside an
+    /// install dir (`site-packages`, `dist-packages`) and the scheme's other homes (`bin/`,
+    /// `include/`, `share/`, `etc/` under a prefix, never at `/`: scripts, headers, `.data/data`). Each file a
+    /// RECORD lists is then checked by its hash (`check`).
+    fn may_write(&self, path: &str) -> bool {
+        let parts: Vec<&str> = path.split('/').collect();
+        let dirs = &parts[..parts.len().saturating_sub(1)];
+        dirs.iter()
+            .any(|d| matches!(*d, "site-packages" | "dist-packages"))
+            || dirs
+                .iter()
+                .skip(1)
+                .any(|d| matches!(*d, "bin" | "include" | "share" | "etc"))
+    }
+
     fn hashes(&self, tree: &dyn Tree) -> Vec<String> {
         let mut out = Vec::new();
         for d in self.locked_dists(tree) {

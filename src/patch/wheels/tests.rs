@@ -1136,3 +1136,26 @@ fn verify_names_a_tampered_file() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn a_wheels_layer_may_hold_the_scheme_only() {
+    let p = crate::patch::load(
+        "id = \"w\"\ntitle = \"t\"\nkind = \"wheels\"\nremove = [\"demo\"]\n",
+        "w/patch.toml",
+        None,
+    )
+    .expect("loads");
+    let k = p.kind();
+    for ok in [
+        "usr/local/lib/python3.11/dist-packages/demo/__init__.py",
+        "opt/venv/lib/python3.12/site-packages/demo-2.0.dist-info/RECORD",
+        "usr/local/bin/demo",
+        "usr/include/python3.11/demo/demo.h",
+        "usr/local/share/demo/data.txt",
+    ] {
+        assert!(k.may_write(ok), "{ok}");
+    }
+    for stray in ["etc/passwd", "bin/sh", "usr/lib/x86_64-linux-gnu/libc.so.6", "root/.bashrc"] {
+        assert!(!k.may_write(stray), "{stray}");
+    }
+}
