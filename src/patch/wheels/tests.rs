@@ -1155,7 +1155,12 @@ fn a_wheels_layer_may_hold_the_scheme_only() {
     ] {
         assert!(k.may_write(ok), "{ok}");
     }
-    for stray in ["etc/passwd", "bin/sh", "usr/lib/x86_64-linux-gnu/libc.so.6", "root/.bashrc"] {
+    for stray in [
+        "etc/passwd",
+        "bin/sh",
+        "usr/lib/x86_64-linux-gnu/libc.so.6",
+        "root/.bashrc",
+    ] {
         assert!(!k.may_write(stray), "{stray}");
     }
 }
