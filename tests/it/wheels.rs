@@ -212,6 +212,16 @@ fn wheels_install_as_pip_and_rerun_already_patched() {
     );
     assert_eq!(reg.storage(), before, "a re-run pushes nothing");
 
+    // verify passes on the map (the layer holds only the scheme's files, every RECORD hash
+    // matches), with the patch folder at hand.
+    let verify = Tool::new("verify")
+        .cwd(work.path())
+        .env("XDG_CACHE_HOME", work.path().join("cache"))
+        .digest_map(&map)
+        .patch(&by_path)
+        .run();
+    assert_eq!(verify.code, 0, "{}\n{}", verify.stdout, verify.stderr);
+
     // By URL: fetched, checked and already patched; a wrong hash stops before any request.
     let url = serve(w.clone(), 1);
     let by_url = folder(work.path(), "url", &w, Some(&url), &hex);
@@ -241,4 +251,19 @@ fn wheels_install_as_pip_and_rerun_already_patched() {
         log,
         "no request before the inputs are right"
     );
+
+    // rollback puts the tag back on the original image.
+    let original = recorded["images"][0]["original_digest"].clone();
+    let back = Tool::new("rollback")
+        .cwd(work.path())
+        .digest_map(&map)
+        .run();
+    assert_eq!(back.code, 0, "{}\n{}", back.stdout, back.stderr);
+    let (rootfs, _) = unpack(&reference, "amd64", &work.path().join("restored"));
+    let site = rootfs.join(SITE);
+    assert!(
+        site.join("demo-1.0.dist-info/RECORD").exists(),
+        "{original}"
+    );
+    assert!(!site.join("demo-2.0.dist-info").exists(), "{original}");
 }
