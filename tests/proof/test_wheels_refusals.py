@@ -67,7 +67,10 @@ def test_wheel_hash_mismatch_by_url(wheels_world, image, tmp_path):
     served = wheels_world.served / wheelset.fresh_pkg().filename
     other = tmp_path / "other"
     wheelset.fresh_pkg().write(other)
-    served.write_bytes(served.read_bytes()[:-1] + b"\x00")
+    body = served.read_bytes()
+    # The last byte flipped (a zip ends in zeros: writing a zero would change nothing).
+    served.write_bytes(body[:-1] + bytes([body[-1] ^ 0xFF]))
+    assert served.read_bytes() != (other / served.name).read_bytes()
     try:
         refused(wheels_world, image, tmp_path, folder, (1, 2), "fresh_pkg-0.1-py3-none-any.whl", ("sha256", "hash"))
     finally:

@@ -6,7 +6,9 @@ test that applies one, with its own error line in the message.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +37,12 @@ class Run:
 
 
 def tool(*args: str) -> Run:
-    r = subprocess.run([str(pu.binary()), *args], capture_output=True, text=True, timeout=600)
+    """Runs the binary with a cache of fetched wheels of its own, so a wheel by URL is fetched
+    (and checked) by each run rather than found in a cache an earlier test filled."""
+    with tempfile.TemporaryDirectory(prefix="rp-cache-") as cache:
+        env = dict(os.environ, RUNNER_PATCH_CACHE=cache)
+        r = subprocess.run([str(pu.binary()), *args], capture_output=True, text=True, timeout=600,
+                           env=env)
     try:
         doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
     except ValueError:

@@ -89,9 +89,33 @@ impl Decider<'_> {
         };
         let mut cache = BTreeMap::new();
         let mut out = Vec::new();
-        for pkg in &lock.packages {
+        let sites: Vec<Result<String, String>> = lock
+            .packages
+            .iter()
+            .map(|p| self.site_for(&requires::normalize(&p.name), dists))
+            .collect();
+        // The platform any package's dir shows: a package whose marker leaves it out needs
+        // no dir of its own, and the lock's requires-python is judged on it.
+        let any = match sites.iter().find_map(|s| s.as_ref().ok()) {
+            Some(site) => Some(self.target_at(tree, site, &mut cache)?),
+            None => None,
+        };
+        if let (Some(rp), Some(t)) = (&lock.requires_python, &any) {
+            if !requires::python_ok(rp, t)? {
+                return Err(format!(
+                    "the lock's requires-python {rp} excludes the image's Python {}",
+                    t.python_full
+                ));
+            }
+        }
+        for (pkg, site) in lock.packages.iter().zip(sites) {
             let name = requires::normalize(&pkg.name);
-            let site = self.site_for(&name, dists)?;
+            let site = match (site, &any) {
+                (Ok(site), _) => site,
+                (Err(e), Some(t)) if requires::applies(pkg.marker.as_deref(), t)? => return Err(e),
+                (Err(_), Some(_)) => continue,
+                (Err(e), None) => return Err(e),
+            };
             let target = self.target_at(tree, &site, &mut cache)?;
             if !requires::applies(pkg.marker.as_deref(), &target)? {
                 continue;
@@ -300,14 +324,11 @@ impl Decider<'_> {
         )?;
         let meta = requires::parse_metadata(&w.metadata)
             .map_err(|e| format!("wheel {}: METADATA: {e}", w.filename))?;
-        let tag = name
-            .tags
-            .first()
-            .map(|(p, a, pl)| format!("{p}-{a}-{pl}"))
-            .unwrap_or_default();
+        // The wheel file names its tags: plan says which one lands over what.
+        let file = &c.wheel.filename;
         let note = match c.old {
-            Some(o) => format!("{} {} -> {} ({tag})", w.name, o.meta.version, w.version),
-            None => format!("{} {} new ({tag})", w.name, w.version),
+            Some(o) => format!("{} {} -> {} ({file})", w.name, o.meta.version, w.version),
+            None => format!("{} {} new ({file})", w.name, w.version),
         };
         let i = install::install(&w, &c.target, self.meta.mtime_secs)?;
         Ok((i, meta, note))

@@ -14,6 +14,8 @@ use toml::Spanned;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     pub packages: Vec<Package>,
+    /// The lock's own `requires-python`: an image whose Python it excludes is refused.
+    pub requires_python: Option<String>,
 }
 
 /// One `[[packages]]` entry.
@@ -56,8 +58,7 @@ struct RawLock {
     packages: Vec<Spanned<RawPackage>>,
     #[serde(rename = "environments")]
     _environments: Option<IgnoredAny>,
-    #[serde(rename = "requires-python")]
-    _requires_python: Option<IgnoredAny>,
+    requires_python: Option<String>,
     #[serde(rename = "extras")]
     _extras: Option<IgnoredAny>,
     #[serde(rename = "dependency-groups")]
@@ -142,12 +143,16 @@ pub fn parse(text: &str, origin: &str, folder: &Path) -> Result<Lock, LockError>
             ),
         ));
     }
+    let requires_python = raw.requires_python;
     let packages = raw
         .packages
         .into_iter()
         .map(|p| package(&at, p, folder))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Lock { packages })
+    Ok(Lock {
+        packages,
+        requires_python,
+    })
 }
 
 /// One package: wheels required, each checked.

@@ -79,8 +79,13 @@ pub fn detect(tree: &dyn Tree, site: &str, interpreter: Option<&str>) -> Result<
     };
     let xy = format!("python{}.{}", python.0, python.1);
     let venv = visible(tree, &join(&prefix, "pyvenv.cfg"));
+    // Debian's pip installs to /usr/local (`posix_local`) but its headers path is built on the
+    // interpreter's base, /usr: `/usr/include/pythonX.Y/<name>`.
+    let debian_local = prefix == "usr/local" && site.ends_with("/dist-packages");
     let headers = if venv {
         join(&prefix, &format!("include/site/{xy}"))
+    } else if debian_local {
+        format!("usr/include/{xy}")
     } else {
         join(&prefix, &format!("include/{xy}"))
     };

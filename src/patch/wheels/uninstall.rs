@@ -5,8 +5,8 @@
 //! a listed file when everything below it goes; a directory left behind would still import as
 //! a namespace package). Never hidden: a path the layer writes, a path another installed
 //! distribution's `RECORD` lists or a directory holding one (shared `nvidia/`, `google/`), the
-//! install dirs themselves, a `__pycache__` on its own. The bytecode of removed modules is
-//! added by the caller (`patch::bytecode`).
+//! install dirs themselves. A `__pycache__` whose listed bytecode all goes goes whole, as pip
+//! removes it; the bytecode of removed modules is added by the caller (`patch::bytecode`).
 
 use std::collections::BTreeSet;
 
@@ -71,8 +71,7 @@ pub fn uninstall(old: &Dist, cx: &Context<'_>) -> Result<Vec<Change>, String> {
             continue;
         }
         if let Some((parent, _)) = real.rsplit_once('/') {
-            let cache = parent.ends_with("/__pycache__") || parent == "__pycache__";
-            if !cache && under(parent, site) && parent != site {
+            if under(parent, site) && parent != site {
                 dirs.insert(parent.to_owned());
             }
         }

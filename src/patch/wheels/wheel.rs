@@ -211,13 +211,30 @@ pub fn open(
     read(path, filename, dist, version).map_err(|e| format!("wheel {filename}: {e}"))
 }
 
+/// The first entry name a wheel gives twice, read from its local headers in order (the
+/// archive's index keeps one entry per name, so it cannot say which).
+fn first_repeat(path: &Path) -> String {
+    let Ok(file) = File::open(path) else {
+        return String::new();
+    };
+    let mut reader = BufReader::new(file);
+    let mut seen = BTreeSet::new();
+    while let Ok(Some(entry)) = zip::read::read_zipfile_from_stream(&mut reader) {
+        let name: String = entry.name().map(|n| n.into_owned()).unwrap_or_default();
+        if !seen.insert(name.clone()) {
+            return name;
+        }
+    }
+    String::new()
+}
+
 /// The entries' pass and the checks after it (the file's own hash already checked).
 fn read(path: &Path, filename: &str, dist: &str, version: &str) -> Result<Wheel, String> {
     let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut zip = zip::ZipArchive::new(BufReader::new(file))
         .map_err(|e| format!("not a readable zip archive: {e}"))?;
     if zip.has_duplicate_names() {
-        return Err("an entry name is given twice".to_owned());
+        return Err(format!("the entry {} is given twice", first_repeat(path)));
     }
     let names: Vec<String> = zip
         .file_names()

@@ -169,7 +169,8 @@ fn local_dist_packages_on_arm64_with_usr_merge_link() {
         ((3, 12), "aarch64", Some((2, 39)))
     );
     assert_eq!(t.scheme.scripts, "usr/local/bin");
-    assert_eq!(t.scheme.headers, "usr/local/include/python3.12");
+    // Debian's posix_local scheme: headers on the interpreter's base, as its pip puts them.
+    assert_eq!(t.scheme.headers, "usr/include/python3.12");
     assert_eq!(t.scheme.data, "usr/local");
     // /usr/local/bin/python3 is not there: pip's sys.executable is Debian's.
     assert_eq!(t.interpreter, "/usr/bin/python3");
