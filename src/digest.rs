@@ -14,6 +14,14 @@ pub fn finish(hasher: Sha256) -> String {
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
+/// The hex sha256 (no prefix: locks and fetched inputs name it so) of a whole file, streamed.
+pub fn file_hex(path: &std::path::Path) -> io::Result<String> {
+    let mut file = io::BufReader::new(std::fs::File::open(path)?);
+    let mut hasher = Sha256::new();
+    io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
 /// Checks the shape of a digest string coming from a registry or a document.
 pub fn is_sha256(d: &str) -> bool {
     d.strip_prefix("sha256:").is_some_and(|h| {

@@ -44,20 +44,6 @@ pub async fn fetch_all(inputs: &[Input]) -> Result<(), Error> {
     Ok(())
 }
 
-/// The hex sha256 of a file, read as a stream; `None` when it cannot be read.
-fn file_sha256(path: &Path) -> Option<String> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = f.read(&mut buf).ok()?;
-        if n == 0 {
-            return Some(hex::encode(h.finalize()));
-        }
-        h.update(&buf[..n]);
-    }
-}
-
 /// A temporary file beside the destination, hashing what is written to it.
 struct Partial {
     path: std::path::PathBuf,
@@ -112,7 +98,7 @@ impl Partial {
 }
 
 async fn fetch(client: &reqwest::Client, input: &Input) -> Result<(), Error> {
-    if file_sha256(&input.dest).is_some_and(|h| h == input.sha256.to_ascii_lowercase()) {
+    if crate::digest::file_hex(&input.dest).is_ok_and(|h| h == input.sha256.to_ascii_lowercase()) {
         tracing::debug!("{} already at {}", input.url, input.dest.display());
         return Ok(());
     }

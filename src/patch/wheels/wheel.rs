@@ -157,14 +157,6 @@ pub fn cached(sha256: &str) -> PathBuf {
     cache_dir().join(format!("{}.whl", sha256.to_ascii_lowercase()))
 }
 
-/// The hex sha256 of a whole file, streamed.
-pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut f = BufReader::new(File::open(path)?);
-    let mut h = sha2::Sha256::new();
-    std::io::copy(&mut f, &mut h)?;
-    Ok(hex::encode(h.finalize()))
-}
-
 /// The one `.dist-info` directory at the archive's top whose name is the dist's.
 fn info_dir(names: &[String], normalized: &str) -> Result<String, String> {
     let dirs: BTreeSet<&str> = names
@@ -201,7 +193,8 @@ pub fn open(
     dist: &str,
     version: &str,
 ) -> Result<Wheel, String> {
-    let got = file_sha256(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let got = crate::digest::file_hex(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if !got.eq_ignore_ascii_case(sha256) {
         return Err(format!(
             "wheel {filename} has sha256 {got}, the lock names {}",
