@@ -83,7 +83,7 @@ fn files_root_diff_and_list_env_stack_with_the_built_in_fix() {
     for says in [
         "/etc/gpustack/extra.conf: created (mode 0640, owner 0:1000)",
         "/etc/gpustack: 1 file(s) patched",
-        "PATH: /opt/x/bin prepended",
+        "PATH: /opt/x/bin prepended, /usr/bin moved to the front",
         "LD_LIBRARY_PATH: /opt/x/lib appended",
     ] {
         assert!(
@@ -142,11 +142,27 @@ fn files_root_diff_and_list_env_stack_with_the_built_in_fix() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
+    // The judge of the lookup order: what /bin/sh makes of the operation's `ENV` line on the
+    // original PATH, later duplicates dropped.
+    let original = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let sh = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "PATH=\"/opt/x/bin:/usr/bin:$0\"; printf %s \"$PATH\"",
+            original,
+        ])
+        .output()
+        .expect("sh");
+    let mut want: Vec<String> = Vec::new();
+    for e in String::from_utf8_lossy(&sh.stdout).split(':') {
+        if !want.iter().any(|w| w == e) {
+            want.push(e.to_owned());
+        }
+    }
+    let want = format!("PATH={}", want.join(":"));
     assert!(
-        env_list.contains(
-            &"PATH=/opt/x/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        ),
-        "only the missing entry is prepended: {env_list:?}"
+        env_list.contains(&want.as_str()),
+        "the prepended entries lead in their order, each once: {env_list:?}, want {want}"
     );
     assert!(
         env_list.contains(&"LD_LIBRARY_PATH=/opt/x/lib"),

@@ -37,10 +37,13 @@ pub fn lists(
     Ok(out)
 }
 
-/// The variable's value with the entries it lacks added (prepended ones first, in their order,
-/// before the current value; appended ones after it), and a note saying what was added; `None`
-/// when every entry is there already. An unset variable becomes just the entries (`ENV
-/// PATH=/x:${PATH}` would leave an empty entry, the current directory, at the end).
+/// The variable's value with the lookup order the operation asked for: the prepended entries
+/// first, in their order, then what the value held without them, then the appended entries,
+/// in their order; each entry once (an earlier copy elsewhere is removed, as `ENV
+/// PATH=/x:${PATH}` followed by dropping later duplicates would give). With a note saying what
+/// was added or moved; `None` when the value already reads so. An unset variable becomes just
+/// the entries (`ENV PATH=/x:${PATH}` would leave an empty entry, the current directory, at
+/// the end).
 pub fn extend(current: Option<&str>, lists: &Lists, sep: &str) -> Option<(String, String)> {
     let have: Vec<&str> = match current {
         Some(v) if !v.is_empty() => v.split(sep).collect(),
@@ -48,28 +51,53 @@ pub fn extend(current: Option<&str>, lists: &Lists, sep: &str) -> Option<(String
     };
     let mut front: Vec<&str> = Vec::new();
     for e in &lists.prepend {
-        if !have.contains(&e.as_str()) && !front.contains(&e.as_str()) {
+        if !front.contains(&e.as_str()) {
             front.push(e);
         }
     }
     let mut back: Vec<&str> = Vec::new();
     for e in &lists.append {
         let e = e.as_str();
-        if !have.contains(&e) && !front.contains(&e) && !back.contains(&e) {
+        if !front.contains(&e) && !back.contains(&e) {
             back.push(e);
         }
     }
-    if front.is_empty() && back.is_empty() {
+    let ours = |e: &&str| front.contains(e) || back.contains(e);
+    let middle: Vec<&str> = have.iter().copied().filter(|e| !ours(e)).collect();
+    let all: Vec<&str> = front
+        .iter()
+        .chain(middle.iter())
+        .chain(back.iter())
+        .copied()
+        .collect();
+    if all == have {
         return None;
     }
+    let at = |e: &str, list: &[&str]| list.iter().position(|x| *x == e);
     let mut notes = Vec::new();
-    if !front.is_empty() {
-        notes.push(format!("{} prepended", front.join(sep)));
+    let mut say = |entries: &[&str], added: &str, moved: &str| {
+        let new: Vec<&str> = entries
+            .iter()
+            .copied()
+            .filter(|e| !have.contains(e))
+            .collect();
+        let shifted: Vec<&str> = entries
+            .iter()
+            .copied()
+            .filter(|e| have.contains(e) && at(e, &have) != at(e, &all))
+            .collect();
+        if !new.is_empty() {
+            notes.push(format!("{} {added}", new.join(sep)));
+        }
+        if !shifted.is_empty() {
+            notes.push(format!("{} {moved}", shifted.join(sep)));
+        }
+    };
+    say(&front, "prepended", "moved to the front");
+    say(&back, "appended", "moved to the end");
+    if notes.is_empty() {
+        notes.push("duplicate entries removed".to_owned());
     }
-    if !back.is_empty() {
-        notes.push(format!("{} appended", back.join(sep)));
-    }
-    let all: Vec<&str> = front.into_iter().chain(have).chain(back).collect();
     Some((all.join(sep), notes.join(", ")))
 }
 
@@ -105,15 +133,39 @@ mod tests {
             None,
             "a second run adds nothing"
         );
-        // Only the missing ones, in their order; appended after, never twice.
+        // In the order asked, each once: a copy further back moves to the front, one an append
+        // names moves to the end; a name both prepended and appended stays in front.
         let (v, note) = extend(
             Some("/a:/b"),
             &l(&["/x", "/b", "/y"], &["/a", "/z", "/x"]),
             ":",
         )
         .expect("added");
-        assert_eq!(v, "/x:/y:/a:/b:/z");
-        assert_eq!(note, "/x:/y prepended, /z appended");
+        assert_eq!(v, "/x:/b:/y:/a:/z");
+        assert_eq!(
+            note,
+            "/x:/y prepended, /b moved to the front, /z appended, /a moved to the end"
+        );
+        assert_eq!(
+            extend(Some(&v), &l(&["/x", "/b", "/y"], &["/a", "/z", "/x"]), ":"),
+            None
+        );
+        // The CUDA image's case: the entries held in another order, one of them at the end.
+        let cuda = "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/usr/local/cuda/nvvm/bin";
+        let add = l(
+            &[
+                "/usr/local/nvidia/bin",
+                "/usr/local/cuda/bin",
+                "/usr/local/cuda/nvvm/bin",
+            ],
+            &[],
+        );
+        let (v, note) = extend(Some(cuda), &add, ":").expect("moved");
+        assert_eq!(
+            v,
+            "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/cuda/nvvm/bin:/usr/bin"
+        );
+        assert_eq!(note, "/usr/local/cuda/nvvm/bin moved to the front");
         // Unset or empty: just the entries.
         assert_eq!(
             extend(None, &l(&["/x"], &["/y"]), ":").expect("set").0,
