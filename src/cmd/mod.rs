@@ -14,7 +14,6 @@ pub mod patch_file;
 pub mod patches;
 pub mod rollback;
 mod rows;
-mod shard;
 pub mod verify;
 
 fn init_logging(g: &Global) {
