@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Result};
 
 use super::common::Status;
-use super::rows::image_row;
 use crate::cli::{Backend, Global, ImageArgs};
 use runner_patch::apply::{apply_all, Applied, Job, Options};
 use runner_patch::digest_map::{DigestMap, Recorder};
@@ -102,7 +101,7 @@ fn report(
                 if done.plan.outcome == Outcome::Refused && status == Status::Success {
                     status = Status::Refused;
                 }
-                rows.push(image_row(&done.record));
+                rows.push(done.record.text());
                 records.push(done.record.clone());
             }
             Err(e) => {

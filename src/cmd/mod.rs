@@ -13,7 +13,6 @@ pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
 pub mod rollback;
-mod rows;
 pub mod verify;
 
 fn init_logging(g: &Global) {

@@ -8,6 +8,7 @@ pub mod join;
 pub mod merge;
 pub mod recorder;
 pub mod schema;
+mod text;
 #[cfg(test)]
 mod tests;
 
