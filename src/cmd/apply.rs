@@ -45,7 +45,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         bail!("--jobs must be at least 1");
     }
     let patches = super::common::load_patches(g)?;
-    let map_patch = super::common::map_patch_name(&patches);
+    let map_patch = runner_patch::patch::catalogue::map_name(&patches);
     // The map must be writable before any registry is touched: a tag never moves without
     // its original on disk.
     let recorder = match mode.digest_map {

@@ -8,7 +8,7 @@ use crate::cli::{Global, PatchFileArgs};
 use runner_patch::patch::Outcome;
 
 pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
-    let spec = super::common::load_shapes(g)?;
+    let spec = runner_patch::patch::catalogue::one_shapes(super::common::load_patches(g)?)?;
     let bytes =
         std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
     let d = spec.decide(&bytes);
