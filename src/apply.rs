@@ -135,12 +135,45 @@ pub async fn apply_image(
     if let Some(r) = recorder {
         r.record(record.clone())?;
     }
+    warn_of(&job.tag, &record);
     Ok(Applied {
         plan,
         push: pushed,
         attachments,
         record,
     })
+}
+
+/// Warns of what a record says that the run does not fix: the source's signatures, which do
+/// not cover the patched image, what a platform's patches may break, dropped attestations.
+fn warn_of(tag: &str, rec: &ImageRecord) {
+    for s in &rec.signatures {
+        tracing::warn!(
+            "{tag}: {} {} covers the original {}, not the patched image; it is not moved or copied",
+            s.kind,
+            s.reference,
+            s.covers
+        );
+    }
+    for p in &rec.platforms {
+        for w in &p.warnings {
+            tracing::warn!("{tag} {}: {w}", p.platform);
+        }
+    }
+    for d in &rec.dropped_attestations {
+        tracing::warn!("{tag}: attestation manifest {d} left out of the patched index (it describes the unpatched image)");
+    }
+}
+
+impl Applied {
+    /// Writes the provenance statements of what was pushed (none after a dry run, or when
+    /// nothing was) to `dir`, for signing.
+    pub fn write_statements(&self, dir: &std::path::Path) -> Result<(), provenance::Error> {
+        match self.push {
+            Some(_) => provenance::write_statements(dir, &self.attachments),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The writes a plan calls for: an already patched source published under the target name

@@ -78,7 +78,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
 }
 
 /// Prints what each image came to (after the map is complete on disk, so a reader that goes
-/// away cannot cost the record), writes statements, and says what the map holds.
+/// away cannot cost the record) and writes statements.
 fn report(
     source: &Repo,
     finished: Vec<(Job, Result<Applied, runner_patch::apply::Error>)>,
@@ -87,39 +87,36 @@ fn report(
     recorder: Option<&Recorder>,
     map_patch: &str,
 ) -> Result<Status> {
-    let mut records = Vec::new();
+    let (mut records, mut rows, mut errors) = (Vec::new(), Vec::new(), Vec::new());
     let mut status = Status::Success;
-    let mut rows = Vec::new();
-    let mut errors = Vec::new();
     for (job, result) in &finished {
-        let tag = &job.tag;
+        let name = format!("{source}:{}", job.tag);
+        let written = match (result, mode.provenance_dir) {
+            (Ok(done), Some(dir)) => done.write_statements(dir).map_err(anyhow::Error::from),
+            (Ok(_), None) => Ok(()),
+            (Err(e), _) => Err(anyhow!("{e:#}")),
+        };
+        if let Err(e) = written {
+            status = Status::Error;
+            eprintln!("runner-patch: error: {name}: {e:#}");
+            errors.push((name.clone(), format!("{e:#}")));
+        }
         match result {
             Ok(done) => {
-                if !finished_image(source, tag, done, mode) {
-                    status = Status::Error;
-                }
                 if done.plan.outcome == Outcome::Refused && status == Status::Success {
                     status = Status::Refused;
                 }
                 rows.push(done.record.text());
                 records.push(done.record.clone());
             }
-            Err(e) => {
-                status = Status::Error;
-                eprintln!("runner-patch: error: {source}:{tag}: {e:#}");
-                errors.push((format!("{source}:{tag}"), format!("{e:#}")));
-                rows.push(format!(
-                    "{source}:{tag}\n  {:<16} see the error above",
-                    "error"
-                ));
-            }
+            Err(_) => rows.push(format!("{name}\n  {:<16} see the error above", "error")),
         }
     }
     if let Some(r) = recorder {
-        let targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
-        r.finish(&targets)?;
+        r.conclude(&records.iter().map(|r| r.target.clone()).collect::<Vec<_>>())?;
+    } else if mode.dry_run {
+        tracing::info!("dry run: nothing pushed, no digest map written");
     }
-    map_written(mode, recorder);
     let map = DigestMap::new(map_patch, records);
     crate::summary::apply(&map, mode.dry_run, &errors);
     if a.json {
@@ -130,49 +127,4 @@ fn report(
         }
     }
     Ok(status)
-}
-
-/// Warns of what an image's record says (signatures not covering the patched image, dropped
-/// attestations) and writes its statements; `false` when that write failed.
-fn finished_image(source: &Repo, tag: &str, done: &Applied, mode: &Mode<'_>) -> bool {
-    let rec = &done.record;
-    for s in &rec.signatures {
-        tracing::warn!(
-            "{tag}: {} {} covers the original {}, not the patched image; it is not moved or copied",
-            s.kind,
-            s.reference,
-            s.covers
-        );
-    }
-    for p in &rec.platforms {
-        for w in &p.warnings {
-            tracing::warn!("{tag} {}: {w}", p.platform);
-        }
-    }
-    let mut ok = true;
-    if let (Some(dir), false) = (mode.provenance_dir, mode.dry_run || done.push.is_none()) {
-        if let Err(e) = runner_patch::provenance::write_statements(dir, &done.attachments) {
-            eprintln!("runner-patch: error: {source}:{tag}: {e:#}");
-            ok = false;
-        }
-    }
-    for d in &rec.dropped_attestations {
-        tracing::warn!("{tag}: attestation manifest {d} left out of the patched index (it describes the unpatched image)");
-    }
-    ok
-}
-
-/// Says where the digest map is (or why there is none).
-fn map_written(mode: &Mode<'_>, recorder: Option<&Recorder>) {
-    match (mode.digest_map, recorder) {
-        _ if mode.dry_run => tracing::info!("dry run: nothing pushed, no digest map written"),
-        (Some(path), Some(r)) if r.wrote() => {
-            tracing::info!("digest map written to {}", path.display())
-        }
-        (Some(path), _) if path.exists() => {
-            tracing::warn!("no image completed; {} left as it was", path.display())
-        }
-        (Some(_), _) => tracing::warn!("no image completed; no digest map written"),
-        (None, _) => {}
-    }
 }

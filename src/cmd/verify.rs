@@ -11,25 +11,8 @@ use runner_patch::digest_map::DigestMap;
 use runner_patch::registry::{Registry, Repo};
 use runner_patch::verify::{check_map, check_reference, Checks, ImageCheck};
 
-/// Every image the map and the references name, checked; and the map's records skipped.
-async fn check_all(
-    reg: &Registry,
-    checks: &Checks,
-    map: Option<&DigestMap>,
-    a: &VerifyArgs,
-) -> Result<(Vec<ImageCheck>, Vec<String>)> {
-    let (mut out, skipped) = match map {
-        Some(m) => check_map(reg, checks, m, !a.no_provenance).await?,
-        None => Default::default(),
-    };
-    for r in &a.references {
-        out.push(check_reference(reg, checks, r, !a.no_provenance).await?);
-    }
-    Ok((out, skipped))
-}
-
 pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
-    let checks = Checks {
+    let against = Checks {
         requested: super::common::load_patches(g)?,
         known: runner_patch::patch::catalogue::catalogue(g.patches_dir.as_deref())?,
         layers: Default::default(),
@@ -49,7 +32,14 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
     rt.block_on(async {
         let settings = super::common::registry_settings(g);
         let reg = Registry::new(&repos.iter().collect::<Vec<_>>(), settings)?;
-        let (checks, skipped) = check_all(&reg, &checks, map.as_ref(), a).await?;
+        let with_provenance = !a.no_provenance;
+        let (mut checks, skipped) = match &map {
+            Some(m) => check_map(&reg, &against, m, with_provenance).await?,
+            None => Default::default(),
+        };
+        for r in &a.references {
+            checks.push(check_reference(&reg, &against, r, with_provenance).await?);
+        }
         let ok = checks.iter().all(ImageCheck::ok);
         crate::summary::verify(ok, &serde_json::to_value(&checks)?, &skipped);
         if a.json {

@@ -8,9 +8,9 @@ pub mod join;
 pub mod merge;
 pub mod recorder;
 pub mod schema;
-mod text;
 #[cfg(test)]
 mod tests;
+mod text;
 
 pub use error::Error;
 pub use join::{join, Joined};
