@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use crate::digest_map::{ImageRecord, Recorder};
-use crate::patch::{Outcome, Patch};
+use crate::patch::Outcome;
 use crate::plan::{plan_image, ImagePlan, Run};
 use crate::provenance::{self, Attached, Attachment};
 use crate::push::{complete_companions, publish_as_is, push, PushOptions, PushReport};
-use crate::registry::{Registry, RegistryError, Repo};
+use crate::registry::Registry;
+pub use crate::select::Job;
 
 /// Why an image could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -37,15 +38,6 @@ pub struct Options {
     pub provenance: bool,
 }
 
-/// One source tag and the name its patched image gets.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub source: Repo,
-    pub tag: String,
-    pub target: Repo,
-    pub target_tag: String,
-}
-
 /// What applying one image did.
 #[derive(Debug)]
 pub struct Applied {
@@ -56,26 +48,6 @@ pub struct Applied {
     pub attachments: Vec<Attachment>,
     /// The digest map's record of it (also written to the map, when there is one).
     pub record: ImageRecord,
-}
-
-/// Lists the repository and keeps the multi-arch tags of `backend` that some patch is for,
-/// sorted.
-pub async fn discover(
-    reg: &Registry,
-    repo: &Repo,
-    backend: &str,
-    patches: &[Patch],
-    include_dev: bool,
-) -> Result<Vec<String>, RegistryError> {
-    let mut tags: Vec<String> = reg
-        .tags_list(repo)
-        .await?
-        .into_iter()
-        .filter(|t| crate::tags::discovers(patches, backend, t, include_dev))
-        .collect();
-    tags.sort();
-    tracing::info!("found {} affected {backend} tag(s) in {repo}", tags.len());
-    Ok(tags)
 }
 
 /// For an image that already carries the patch but cannot tell a companion's original itself
@@ -100,6 +72,28 @@ fn companions_from_map(plan: &mut ImagePlan, recorder: Option<&Recorder>) {
     }
 }
 
+/// Applies every job, `at_once` images at a time (their platforms within the run's scan
+/// permits), and gives each job back with what came of it, in the jobs' order.
+pub async fn apply_all(
+    run: Arc<Run>,
+    jobs: Vec<Job>,
+    opts: Options,
+    recorder: Option<&Recorder>,
+    at_once: usize,
+) -> Vec<(Job, Result<Applied, Error>)> {
+    use futures_util::StreamExt;
+    futures_util::stream::iter(jobs.into_iter().map(|job| {
+        let run = run.clone();
+        async move {
+            let result = apply_image(run, &job, opts, recorder).await;
+            (job, result)
+        }
+    }))
+    .buffered(at_once.max(1))
+    .collect()
+    .await
+}
+
 /// Plans one image and does what its plan says; the record is written to `recorder` (when
 /// given) as the image finishes, and before any tag moves.
 pub async fn apply_image(
@@ -109,7 +103,7 @@ pub async fn apply_image(
     recorder: Option<&Recorder>,
 ) -> Result<Applied, Error> {
     let reg = run.reg.clone();
-    let mut plan = plan_image(run, &job.source, &job.tag, &job.target, &job.target_tag).await?;
+    let mut plan = plan_image(run, job).await?;
     companions_from_map(&mut plan, recorder);
     for p in &plan.platforms {
         tracing::info!("{} {}: {}: {}", job.tag, p.platform, p.outcome, p.reason);
@@ -141,12 +135,45 @@ pub async fn apply_image(
     if let Some(r) = recorder {
         r.record(record.clone())?;
     }
+    warn_of(&job.tag, &record);
     Ok(Applied {
         plan,
         push: pushed,
         attachments,
         record,
     })
+}
+
+/// Warns of what a record says that the run does not fix: the source's signatures, which do
+/// not cover the patched image, what a platform's patches may break, dropped attestations.
+fn warn_of(tag: &str, rec: &ImageRecord) {
+    for s in &rec.signatures {
+        tracing::warn!(
+            "{tag}: {} {} covers the original {}, not the patched image; it is not moved or copied",
+            s.kind,
+            s.reference,
+            s.covers
+        );
+    }
+    for p in &rec.platforms {
+        for w in &p.warnings {
+            tracing::warn!("{tag} {}: {w}", p.platform);
+        }
+    }
+    for d in &rec.dropped_attestations {
+        tracing::warn!("{tag}: attestation manifest {d} left out of the patched index (it describes the unpatched image)");
+    }
+}
+
+impl Applied {
+    /// Writes the provenance statements of what was pushed (none after a dry run, or when
+    /// nothing was) to `dir`, for signing.
+    pub fn write_statements(&self, dir: &std::path::Path) -> Result<(), provenance::Error> {
+        match self.push {
+            Some(_) => provenance::write_statements(dir, &self.attachments),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The writes a plan calls for: an already patched source published under the target name

@@ -24,14 +24,20 @@ const APPLY_EXAMPLES: &str = "Examples:
   runner-patch apply --backend cuda --repository oci:runner --tag cuda12.9-vllm0.27.1
 
   # One job of four in a pipeline matrix: its share of the tags, its own digest map
-  runner-patch apply --backend cuda --shard 2/4 --digest-map map-cuda-2.json";
+  runner-patch apply --backend cuda --shard 2/4 --digest-map map-cuda-2.json
+
+  # Exactly the tags (and platforms) of a post operation's matrix.yaml
+  runner-patch apply --matrix pack/.post_operation/20260205_cuda_reinstall_nccl/matrix.yaml --patch ./fix";
 
 const PLAN_EXAMPLES: &str = "Examples:
   # What would happen to every affected CUDA tag (file, vLLM version, outcome, bytes)
   runner-patch plan --backend cuda
 
   # Machine-readable, for a pipeline
-  runner-patch plan --backend rocm --tag rocm7.2-vllm0.25.1 --json";
+  runner-patch plan --backend rocm --tag rocm7.2-vllm0.25.1 --json
+
+  # The tags a post operation's matrix.yaml names (its cuda rules only)
+  runner-patch plan --backend cuda --matrix matrix.yaml --patch ./fix";
 
 const VERIFY_EXAMPLES: &str = "Examples:
   # Everything an apply run patched, against the originals it recorded
@@ -184,9 +190,10 @@ impl Backend {
 /// Which images: the source, the tags (or discovery), and where results go.
 #[derive(Debug, Args)]
 pub struct ImageArgs {
-    /// Backend whose tags are patched.
-    #[arg(long, value_enum)]
-    pub backend: Backend,
+    /// Backend whose tags are patched (needed without --matrix; with it, only that backend's
+    /// rules are taken).
+    #[arg(long, value_enum, required_unless_present = "matrix")]
+    pub backend: Option<Backend>,
     /// Source repository (Docker conventions: `gpustack/runner` is on docker.io; `docker://`
     /// may lead), or an OCI image layout directory `oci:PATH` (its tags are index.json's
     /// `org.opencontainers.image.ref.name`s).
@@ -195,6 +202,10 @@ pub struct ImageArgs {
     /// A tag of that backend to patch; repeat for more. Without it, every affected tag is found.
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
+    /// The runner project's matrix.yaml (a post operation's): exactly the tags its rules give,
+    /// each on the platforms its rule names (--tag narrows them further).
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<std::path::PathBuf>,
     /// With tag discovery, include `-dev` pre-release tags.
     #[arg(long)]
     pub include_dev: bool,

@@ -24,6 +24,12 @@ const MAX_REDIRECTS: usize = 10;
 #[error("{0}")]
 pub struct Error(String);
 
+/// Fetches what the patches take from outside (their `inputs`), before any image is read.
+pub async fn fetch_for(patches: &[crate::patch::Patch]) -> Result<(), Error> {
+    let inputs: Vec<Input> = patches.iter().flat_map(|p| p.kind().inputs()).collect();
+    fetch_all(&inputs).await
+}
+
 /// Fetches every input not already in place (each destination once), in order.
 pub async fn fetch_all(inputs: &[Input]) -> Result<(), Error> {
     let client = reqwest::Client::builder()

@@ -8,7 +8,8 @@
 //! all of that per image; [`push`] writes it; [`provenance`] attaches the record of it beside
 //! the image; [`digest_map`] records it. [`apply`] runs those steps for one image, in order;
 //! [`verify`] checks the result from what is served; [`rollback`] puts the originals back.
-//! The library never draws: progress goes to a [`progress`] listener the binary sets.
+//! Which tags and platforms a run takes is [`select`]ed first (explicit tags, a runner
+//! `matrix.yaml`, or discovery). The library never draws: progress goes to a [`progress`] listener the binary sets.
 
 pub mod apply;
 pub mod digest;
@@ -28,6 +29,7 @@ pub mod rewrite;
 pub mod rollback;
 pub mod scan;
 pub mod scan_cache;
+pub mod select;
 pub mod tags;
 pub mod units;
 pub mod verify;

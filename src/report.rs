@@ -1,5 +1,6 @@
 //! Progress on a terminal: one bar per layer being read (bytes scanned) and per upload. When
 //! stderr is not a terminal (CI), or with `-q`, there are no bars: log lines say what happened.
+//! The log subscriber is set up here too.
 
 use std::io::{self};
 use std::sync::OnceLock;
@@ -17,6 +18,44 @@ pub fn init(show: bool) {
     if on {
         runner_patch::progress::listen(std::sync::Arc::new(Bars));
     }
+}
+
+/// Sets up logging on stderr (and progress bars): `-v` debug, `-vv` trace, `-q` errors only,
+/// `RUNNER_PATCH_LOG` a filter of its own; inside GitHub Actions warnings go out as
+/// `::warning::` commands instead of log lines.
+pub fn init_logging(verbose: u8, quiet: bool) {
+    init(!quiet);
+    let default = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "warn,runner_patch=info",
+            1 => "info,runner_patch=debug",
+            _ => "debug,runner_patch=trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNNER_PATCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::env::var_os("NO_COLOR").is_none()
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    // In GitHub Actions warnings go out once, as `::warning::` commands (annotations).
+    let actions = crate::summary::in_actions();
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(LogWriter)
+        .with_ansi(ansi)
+        .with_target(false)
+        .without_time()
+        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
+            !(actions && *m.level() == tracing::Level::WARN)
+        }));
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(log)
+        .with(actions.then_some(crate::summary::WarningCommands))
+        .try_init();
 }
 
 /// The library's progress, drawn as one bar per task.

@@ -172,3 +172,30 @@ pub async fn restore_all(reg: &Registry, todo: &[Wanted], dry_run: bool) -> (Vec
     }
     (moves, failed)
 }
+
+/// A rollback as text for people: each move with the digests it went between (and why it
+/// failed), each provenance artifact kept, or that there was nothing to roll back.
+pub fn text(moves: &[Move], kept: &[Kept]) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in moves {
+        let from = m
+            .from
+            .as_deref()
+            .unwrap_or(if m.error.is_some() { "?" } else { "absent" });
+        let mut line = format!("{:<24} {}  ({from} -> {})", m.action, m.tag, m.to);
+        if let Some(e) = &m.error {
+            line.push_str(&format!("\n{:<24} {e}", ""));
+        }
+        out.push(line);
+    }
+    for k in kept {
+        out.push(format!(
+            "{:<24} {} on {} (it describes that image, which stays by digest)",
+            "provenance kept", k.provenance, k.subject
+        ));
+    }
+    if moves.is_empty() {
+        out.push("nothing to roll back: the map records no patched image".into());
+    }
+    out
+}

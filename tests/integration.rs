@@ -18,6 +18,8 @@ mod files;
 mod hostile;
 #[path = "it/layout.rs"]
 mod layout;
+#[path = "it/matrix.rs"]
+mod matrix;
 #[path = "it/overlay.rs"]
 mod overlay;
 #[path = "it/patch_kinds.rs"]

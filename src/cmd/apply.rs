@@ -1,40 +1,20 @@
-//! `runner-patch apply` and `plan`: check the command line, resolve the tags, apply (or plan)
-//! each image through the library, then report and finish the digest map.
+//! `runner-patch apply` and `plan`: select the tags through the library, apply (or plan) each
+//! image, then report and finish the digest map.
 
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use futures_util::StreamExt;
 
 use super::common::Status;
-use super::rows::image_row;
-use super::shard::Shard;
 use crate::cli::{Backend, Global, ImageArgs};
-use runner_patch::apply::{apply_image, discover, Applied, Job, Options};
+use runner_patch::apply::{apply_all, Applied, Job, Options};
 use runner_patch::digest_map::{DigestMap, Recorder};
 use runner_patch::patch::Outcome;
 use runner_patch::plan::Run;
 use runner_patch::registry::{Registry, Repo};
 use runner_patch::scan_cache::ScanCache;
+use runner_patch::select::{Request, Selection};
 use runner_patch::visible::Layers;
-
-/// Checks that an explicit tag belongs to the backend.
-fn check_tag(backend: Backend, tag: &str) -> Result<()> {
-    let p = backend.prefix();
-    let ok = tag
-        .strip_prefix(p)
-        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()));
-    if !ok {
-        bail!("tag {tag:?} is not a {p} tag (expected {p}<version>-..., e.g. {p}12.9-vllm0.27.1)");
-    }
-    runner_patch::tags::check(tag).map_err(|e| anyhow!(e))
-}
-
-/// Checks the name a tag gets in the target before anything is read or pushed.
-fn check_target_tag(tag: &str, suffix: &str) -> Result<()> {
-    runner_patch::tags::check(&format!("{tag}{suffix}"))
-        .map_err(|e| anyhow!("target of {tag:?} with --tag-suffix {suffix:?}: {e}"))
-}
 
 /// What to do with the plans: push them (and where to write the map), or only show them.
 pub struct Mode<'a> {
@@ -45,55 +25,27 @@ pub struct Mode<'a> {
     pub provenance_dir: Option<&'a std::path::Path>,
 }
 
-/// The command line checked: source, target, the explicit tags (each once) and the shard.
-struct Request {
-    source: Repo,
-    target: Repo,
-    tags: Vec<String>,
-    shard: Option<Shard>,
-}
-
-fn request(a: &ImageArgs) -> Result<Request> {
+/// `apply` and `plan`: select the tags (checked before anything else), plan every one, then
+/// push (unless a dry run) and report.
+pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
+    let selection = Selection::new(&Request {
+        backend: a.backend.map(Backend::prefix),
+        tags: &a.tags,
+        matrix: a.matrix.as_deref(),
+        include_dev: a.include_dev,
+        tag_suffix: &a.tag_suffix,
+        shard: a.shard.as_deref(),
+    })?;
     let source = Repo::parse(&a.repository).map_err(|e| anyhow!("--repository: {e}"))?;
     let target = match &a.target_repository {
         Some(t) => Repo::parse(t).map_err(|e| anyhow!("--target-repository: {e}"))?,
         None => source.clone(),
     };
-    if !a
-        .tag_suffix
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-    {
-        bail!(
-            "--tag-suffix {:?} may hold only letters, digits, '.', '_' and '-'",
-            a.tag_suffix
-        );
-    }
-    // The same tag given twice is one image (and one record).
-    let mut tags: Vec<String> = Vec::new();
-    for t in &a.tags {
-        check_tag(a.backend, t)?;
-        check_target_tag(t, &a.tag_suffix)?;
-        if !tags.contains(t) {
-            tags.push(t.clone());
-        }
-    }
     if a.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
-    Ok(Request {
-        source,
-        target,
-        tags,
-        shard: a.shard.as_deref().map(Shard::parse).transpose()?,
-    })
-}
-
-/// `apply` and `plan`: plan every tag, then push (unless a dry run) and report.
-pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
     let patches = super::common::load_patches(g)?;
-    let map_patch = super::common::map_patch_name(&patches);
-    let req = request(a)?;
+    let map_patch = runner_patch::patch::catalogue::map_name(&patches);
     // The map must be writable before any registry is touched: a tag never moves without
     // its original on disk.
     let recorder = match mode.digest_map {
@@ -102,7 +54,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
     };
     // Requests in flight: four per tag at once (platforms, and a copy's read and write).
     let settings = super::common::registry_settings(g).with_max_requests(a.jobs.saturating_mul(4));
-    let reg = Registry::new(&[&req.source, &req.target], settings)?;
+    let reg = Registry::new(&[&source, &target], settings)?;
     let run = Arc::new(Run {
         reg: Arc::new(reg),
         patches,
@@ -111,99 +63,60 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         layers: Layers::new(ScanCache::at(a.no_cache, a.cache_dir.clone())),
         shared: Default::default(),
     });
-    super::common::runtime()?.block_on(run_async(run, req, a, mode, recorder.as_ref(), &map_patch))
-}
-
-async fn run_async(
-    run: Arc<Run>,
-    req: Request,
-    a: &ImageArgs,
-    mode: Mode<'_>,
-    recorder: Option<&Recorder>,
-    map_patch: &str,
-) -> Result<Status> {
-    let tags = if req.tags.is_empty() {
-        let prefix = a.backend.prefix();
-        let found = discover(&run.reg, &req.source, prefix, &run.patches, a.include_dev).await?;
-        for t in &found {
-            check_target_tag(t, &a.tag_suffix)?;
-        }
-        found
-    } else {
-        req.tags.clone()
-    };
-    // A shard takes its share of the tags, listed or found; none is not a reason to look for more.
-    let tags = match req.shard {
-        Some(shard) => shard.select(tags),
-        None => tags,
-    };
     let opts = Options {
         dry_run: mode.dry_run,
         force: mode.force,
         provenance: !a.no_provenance,
     };
-    let finished: Vec<(String, Result<Applied, runner_patch::apply::Error>)> =
-        futures_util::stream::iter(tags.into_iter().map(|tag| {
-            let job = Job {
-                source: req.source.clone(),
-                target: req.target.clone(),
-                target_tag: format!("{tag}{}", a.tag_suffix),
-                tag,
-            };
-            let run = run.clone();
-            async move {
-                let result = apply_image(run, &job, opts, recorder).await;
-                (job.tag, result)
-            }
-        }))
-        .buffered(a.jobs)
-        .collect()
-        .await;
-    report(&req.source, finished, a, &mode, recorder, map_patch)
+    let recorder = recorder.as_ref();
+    super::common::runtime()?.block_on(async {
+        let selected = selection.resolve(&run.reg, &source, &run.patches).await?;
+        let jobs = selection.jobs(selected, &source, &target);
+        let finished = apply_all(run, jobs, opts, recorder, a.jobs).await;
+        report(&source, finished, a, &mode, recorder, &map_patch)
+    })
 }
 
 /// Prints what each image came to (after the map is complete on disk, so a reader that goes
-/// away cannot cost the record), writes statements, and says what the map holds.
+/// away cannot cost the record) and writes statements.
 fn report(
     source: &Repo,
-    finished: Vec<(String, Result<Applied, runner_patch::apply::Error>)>,
+    finished: Vec<(Job, Result<Applied, runner_patch::apply::Error>)>,
     a: &ImageArgs,
     mode: &Mode<'_>,
     recorder: Option<&Recorder>,
     map_patch: &str,
 ) -> Result<Status> {
-    let mut records = Vec::new();
+    let (mut records, mut rows, mut errors) = (Vec::new(), Vec::new(), Vec::new());
     let mut status = Status::Success;
-    let mut rows = Vec::new();
-    let mut errors = Vec::new();
-    for (tag, result) in &finished {
+    for (job, result) in &finished {
+        let name = format!("{source}:{}", job.tag);
+        let written = match (result, mode.provenance_dir) {
+            (Ok(done), Some(dir)) => done.write_statements(dir).map_err(anyhow::Error::from),
+            (Ok(_), None) => Ok(()),
+            (Err(e), _) => Err(anyhow!("{e:#}")),
+        };
+        if let Err(e) = written {
+            status = Status::Error;
+            eprintln!("runner-patch: error: {name}: {e:#}");
+            errors.push((name.clone(), format!("{e:#}")));
+        }
         match result {
             Ok(done) => {
-                if !finished_image(source, tag, done, mode) {
-                    status = Status::Error;
-                }
                 if done.plan.outcome == Outcome::Refused && status == Status::Success {
                     status = Status::Refused;
                 }
-                rows.push(image_row(&done.record));
+                rows.push(done.record.text());
                 records.push(done.record.clone());
             }
-            Err(e) => {
-                status = Status::Error;
-                eprintln!("runner-patch: error: {source}:{tag}: {e:#}");
-                errors.push((format!("{source}:{tag}"), format!("{e:#}")));
-                rows.push(format!(
-                    "{source}:{tag}\n  {:<16} see the error above",
-                    "error"
-                ));
-            }
+            Err(_) => rows.push(format!("{name}\n  {:<16} see the error above", "error")),
         }
     }
     if let Some(r) = recorder {
-        let targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
-        r.finish(&targets)?;
+        r.conclude(&records.iter().map(|r| r.target.clone()).collect::<Vec<_>>())?;
+    } else if mode.dry_run {
+        tracing::info!("dry run: nothing pushed, no digest map written");
     }
-    map_written(mode, recorder);
     let map = DigestMap::new(map_patch, records);
     crate::summary::apply(&map, mode.dry_run, &errors);
     if a.json {
@@ -214,60 +127,4 @@ fn report(
         }
     }
     Ok(status)
-}
-
-/// Warns of what an image's record says (signatures not covering the patched image, dropped
-/// attestations) and writes its statements; `false` when that write failed.
-fn finished_image(source: &Repo, tag: &str, done: &Applied, mode: &Mode<'_>) -> bool {
-    let rec = &done.record;
-    for s in &rec.signatures {
-        tracing::warn!(
-            "{tag}: {} {} covers the original {}, not the patched image; it is not moved or copied",
-            s.kind,
-            s.reference,
-            s.covers
-        );
-    }
-    for p in &rec.platforms {
-        for w in &p.warnings {
-            tracing::warn!("{tag} {}: {w}", p.platform);
-        }
-    }
-    let mut ok = true;
-    if let (Some(dir), false) = (mode.provenance_dir, mode.dry_run || done.push.is_none()) {
-        if let Err(e) = runner_patch::provenance::write_statements(dir, &done.attachments) {
-            eprintln!("runner-patch: error: {source}:{tag}: {e:#}");
-            ok = false;
-        }
-    }
-    for d in &rec.dropped_attestations {
-        tracing::warn!("{tag}: attestation manifest {d} left out of the patched index (it describes the unpatched image)");
-    }
-    ok
-}
-
-/// Says where the digest map is (or why there is none).
-fn map_written(mode: &Mode<'_>, recorder: Option<&Recorder>) {
-    match (mode.digest_map, recorder) {
-        _ if mode.dry_run => tracing::info!("dry run: nothing pushed, no digest map written"),
-        (Some(path), Some(r)) if r.wrote() => {
-            tracing::info!("digest map written to {}", path.display())
-        }
-        (Some(path), _) if path.exists() => {
-            tracing::warn!("no image completed; {} left as it was", path.display())
-        }
-        (Some(_), _) => tracing::warn!("no image completed; no digest map written"),
-        (None, _) => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn explicit_tags_must_be_the_backend_s() {
-        assert!(check_tag(Backend::Cuda, "rocm7.2-vllm0.25.1").is_err());
-        assert!(check_tag(Backend::Cuda, "cuda12.9-vllm0.27.1").is_ok());
-    }
 }

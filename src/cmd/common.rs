@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use crate::cli::Global;
-use runner_patch::patch::shapes::{PatchSpec, ShapesPatch};
 
 /// Exit statuses, as documented in docs/pipeline.md ("Exit status").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,46 +65,8 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// touched.
 pub fn load_patches(g: &Global) -> anyhow::Result<Vec<runner_patch::patch::Patch>> {
     let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
-    if patches.is_empty() {
-        anyhow::bail!("no patch");
-    }
-    // What the patches fetch from outside, before any image is read.
-    let inputs: Vec<_> = patches.iter().flat_map(|p| p.kind().inputs()).collect();
-    if !inputs.is_empty() {
-        runtime()?.block_on(runner_patch::inputs::fetch_all(&inputs))?;
+    if patches.iter().any(|p| !p.kind().inputs().is_empty()) {
+        runtime()?.block_on(runner_patch::inputs::fetch_for(&patches))?;
     }
     Ok(patches)
-}
-
-/// The digest map's `patch` field for a run: the ids applied, in order, comma-separated (one
-/// id for one patch, as before stacking).
-pub fn map_patch_name(patches: &[runner_patch::patch::Patch]) -> String {
-    patches
-        .iter()
-        .map(|p| p.meta().id.clone())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The one `shapes` patch a file-level command (`patch-file`) applies.
-pub fn load_shapes(g: &Global) -> anyhow::Result<PatchSpec> {
-    let mut patches = load_patches(g)?;
-    if patches.len() > 1 {
-        anyhow::bail!(
-            "{} patches named: patch-file applies one shapes patch (patch-dir stacks several)",
-            patches.len()
-        );
-    }
-    let Some(p) = patches.pop() else {
-        anyhow::bail!("no patch");
-    };
-    match p.downcast::<ShapesPatch>() {
-        Some(s) => Ok(s.spec.clone()),
-        None => anyhow::bail!(
-            "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
-            p.meta().id,
-            p.meta().origin,
-            p.meta().kind,
-        ),
-    }
 }

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, Global};
+use crate::cli::{Cli, Command};
 use common::Status;
 
 pub mod apply;
@@ -13,48 +13,11 @@ pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
 pub mod rollback;
-mod rows;
-mod shard;
 pub mod verify;
-
-fn init_logging(g: &Global) {
-    crate::report::init(!g.quiet);
-    let default = if g.quiet {
-        "error"
-    } else {
-        match g.verbose {
-            0 => "warn,runner_patch=info",
-            1 => "info,runner_patch=debug",
-            _ => "debug,runner_patch=trace",
-        }
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNNER_PATCH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::env::var_os("NO_COLOR").is_none()
-        && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::Layer as _;
-    // In GitHub Actions warnings go out once, as `::warning::` commands (annotations).
-    let actions = crate::summary::in_actions();
-    let log = tracing_subscriber::fmt::layer()
-        .with_writer(crate::report::LogWriter)
-        .with_ansi(ansi)
-        .with_target(false)
-        .without_time()
-        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
-            !(actions && *m.level() == tracing::Level::WARN)
-        }));
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(log)
-        .with(actions.then_some(crate::summary::WarningCommands))
-        .try_init();
-}
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging(&cli.global);
+    crate::report::init_logging(cli.global.verbose, cli.global.quiet);
     let status = match &cli.command {
         Command::Apply(a) => apply::run(
             &cli.global,

@@ -8,15 +8,11 @@ use crate::cli::{Global, PatchFileArgs};
 use runner_patch::patch::Outcome;
 
 pub fn run(g: &Global, a: &PatchFileArgs) -> Result<Status> {
-    let spec = super::common::load_shapes(g)?;
+    let spec = runner_patch::patch::catalogue::one_shapes(super::common::load_patches(g)?)?;
     let bytes =
         std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
     let d = spec.decide(&bytes);
-    let (shape, reason) = match (&d.patched, d.outcome) {
-        (Some((shape, _)), _) => (Some(shape.clone()), format!("shape {shape} patched")),
-        (None, Outcome::AlreadyPatched) => (None, format!("already carries patch {}", spec.id)),
-        (None, _) => (None, d.reason.clone()),
-    };
+    let (shape, reason) = (d.patched.as_ref().map(|(s, _)| s), d.why(&spec.id));
     if let (Some((_, bytes)), Some(out)) = (&d.patched, &a.output) {
         std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
     }

@@ -2,7 +2,6 @@
 //! `--patch PATH`), of every kind, and what each targets.
 
 use anyhow::Result;
-use serde_json::json;
 
 use super::common::Status;
 use crate::cli::{Global, PatchesArgs};
@@ -15,36 +14,12 @@ pub fn run(g: &Global, a: &PatchesArgs) -> Result<Status> {
         patches.push(load_folder(std::path::Path::new(v))?);
     }
     if a.json {
-        let list: Vec<_> = patches.iter().map(describe).collect();
+        let list: Vec<_> = patches.iter().map(Patch::describe_json).collect();
         crate::output::print(&serde_json::to_string_pretty(&list)?)?;
     } else {
         for p in &patches {
-            crate::output::print(&text(p))?;
+            crate::output::print(&p.describe_text())?;
         }
     }
     Ok(Status::Success)
-}
-
-fn describe(p: &Patch) -> serde_json::Value {
-    let m = p.meta();
-    let mut v = json!({
-        "id": m.id, "kind": m.kind, "title": m.title,
-        "services": m.services, "backends": m.backends,
-        "package": m.package, "affected": m.affected.as_ref().map(|r| r.to_string()),
-        "origin": m.origin,
-    });
-    if let Some(o) = v.as_object_mut() {
-        o.extend(p.kind().describe().fields);
-    }
-    v
-}
-
-/// The id, the title, then the kind's labelled lines (`  label:    value`).
-fn text(p: &Patch) -> String {
-    let m = p.meta();
-    let mut out = format!("{}\n  {}", m.id, m.title);
-    for (label, value) in p.kind().describe().lines {
-        out.push_str(&format!("\n  {:<10}{value}", format!("{label}:")));
-    }
-    out
 }

@@ -8,35 +8,7 @@ use super::common::Status;
 use crate::cli::{Global, RollbackArgs};
 use runner_patch::digest_map::DigestMap;
 use runner_patch::registry::Registry;
-use runner_patch::rollback::{provenance_kept, restore_all, wanted, Kept, Move};
-
-fn print_text(moves: &[Move], kept: &[Kept]) -> Result<()> {
-    for m in moves {
-        let mut line = format!(
-            "{:<24} {}  ({} -> {})",
-            m.action,
-            m.tag,
-            m.from
-                .as_deref()
-                .unwrap_or(if m.error.is_some() { "?" } else { "absent" }),
-            m.to
-        );
-        if let Some(e) = &m.error {
-            line.push_str(&format!("\n{:<24} {e}", ""));
-        }
-        crate::output::print(&line)?;
-    }
-    for k in kept {
-        crate::output::print(&format!(
-            "{:<24} {} on {} (it describes that image, which stays by digest)",
-            "provenance kept", k.provenance, k.subject
-        ))?;
-    }
-    if moves.is_empty() {
-        crate::output::print("nothing to roll back: the map records no patched image")?;
-    }
-    Ok(())
-}
+use runner_patch::rollback::{provenance_kept, restore_all, text, wanted};
 
 pub fn run(g: &Global, a: &RollbackArgs) -> Result<Status> {
     let map = DigestMap::read(&a.digest_map)?;
@@ -54,7 +26,9 @@ pub fn run(g: &Global, a: &RollbackArgs) -> Result<Status> {
                 &json!({"moves": moves, "failed": failed, "provenance_kept": kept}),
             )?)?;
         } else {
-            print_text(&moves, &kept)?;
+            for line in text(&moves, &kept) {
+                crate::output::print(&line)?;
+            }
         }
         if failed > 0 {
             eprintln!(

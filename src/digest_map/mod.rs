@@ -10,6 +10,7 @@ pub mod recorder;
 pub mod schema;
 #[cfg(test)]
 mod tests;
+mod text;
 
 pub use error::Error;
 pub use join::{join, Joined};

@@ -141,6 +141,21 @@ impl Recorder {
         })
     }
 
+    /// [`Recorder::finish`], then says where the map is, or that no image completed (and the
+    /// file, if any, is left as it was).
+    pub fn conclude(&self, targets: &[String]) -> Result<(), Error> {
+        self.finish(targets)?;
+        let path = self.path.display();
+        if self.wrote() {
+            tracing::info!("digest map written to {path}");
+        } else if self.path.exists() {
+            tracing::warn!("no image completed; {path} left as it was");
+        } else {
+            tracing::warn!("no image completed; no digest map written");
+        }
+        Ok(())
+    }
+
     /// The records as they stand (earlier runs' and this run's), for lookups of originals.
     pub fn images(&self) -> Vec<ImageRecord> {
         self.map

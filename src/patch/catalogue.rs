@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::patch::error::{Error, ErrorKind};
 use crate::patch::kind::Patch;
 use crate::patch::kinds::{load, load_folder};
+use crate::patch::shapes::{PatchSpec, ShapesPatch};
 
 include!(concat!(env!("OUT_DIR"), "/builtin_patches.rs"));
 
@@ -120,6 +121,44 @@ pub fn resolve(values: &[String], dir: Option<&Path>) -> Result<Vec<Patch>, Erro
         out.push(p);
     }
     Ok(out)
+}
+
+/// The digest map's `patch` field for a run: the ids applied, in order, comma-separated (one
+/// id for one patch, as before stacking).
+pub fn map_name(patches: &[Patch]) -> String {
+    patches
+        .iter()
+        .map(|p| p.meta().id.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The one `shapes` patch a file-level command (`patch-file`) applies, of the patches named.
+pub fn one_shapes(mut patches: Vec<Patch>) -> Result<PatchSpec, Error> {
+    if patches.len() > 1 {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "{} patches named: patch-file applies one shapes patch (patch-dir stacks several)",
+                patches.len()
+            ),
+        ));
+    }
+    let p = patches
+        .pop()
+        .ok_or_else(|| Error::new(ErrorKind::Unknown, "no patch".to_owned()))?;
+    match p.downcast::<ShapesPatch>() {
+        Some(s) => Ok(s.spec.clone()),
+        None => Err(Error::new(
+            ErrorKind::Invalid,
+            format!(
+                "patch {} ({}) is of kind {}: patch-file takes shapes patches; try patch-dir",
+                p.meta().id,
+                p.meta().origin,
+                p.meta().kind,
+            ),
+        )),
+    }
 }
 
 fn ids(patches: &[Patch]) -> String {

@@ -7,8 +7,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::patch::error::{Error, ErrorKind};
+use crate::patch::kind::Patch;
+use crate::patch::meta::Meta;
+use crate::patch::outcome::Outcome;
 use crate::patch::tree::{is_dist_metadata, version_py, Below, Tree};
-use crate::patch::verdict::Change;
+use crate::patch::verdict::{Change, Verdict};
 use crate::scan::{EntryKind, FileEntry, LinkError, Node, NodeKind, Resolved};
 
 /// Every path under a root, read once.
@@ -253,4 +256,79 @@ fn own(abs: &Path, e: &FileEntry) -> Result<(), Error> {
 
 fn io(message: String) -> Error {
     Error::new(ErrorKind::Io, message)
+}
+
+/// What each patch of a stack decided on an unpacked tree, in order.
+pub struct Stacked {
+    pub results: Vec<(Meta, Verdict)>,
+    /// A patch refused: the stack stopped there, with nothing of that patch written.
+    pub refused: bool,
+}
+
+/// Applies patches in order to the tree at `root`, each deciding on what the ones before it
+/// wrote (unless `dry_run`, when nothing is written), the first refused one stopping the
+/// stack: what `patch-dir` does, with the decisions the registry path makes.
+pub fn apply_stack(root: &Path, patches: &[Patch], dry_run: bool) -> Result<Stacked, Error> {
+    let mut results = Vec::new();
+    let mut refused = false;
+    for p in patches {
+        let verdict = p.decide(&DirTree::open(root)?);
+        if verdict.outcome == Outcome::Patched && !dry_run {
+            write_changes(root, &verdict.changes)?;
+        }
+        refused |= verdict.outcome == Outcome::Refused;
+        results.push((p.meta().clone(), verdict));
+        if refused {
+            break;
+        }
+    }
+    Ok(Stacked { results, refused })
+}
+
+impl Stacked {
+    /// One JSON object: the root, whether a dry run, and per patch its outcome, reason,
+    /// changes (path, write with its octal mode, or whiteout) and notes.
+    pub fn json(&self, root: &Path, dry_run: bool) -> serde_json::Value {
+        use serde_json::json;
+        let list: Vec<_> = self
+            .results
+            .iter()
+            .map(|(m, v)| {
+                let changes: Vec<_> = v
+                    .changes
+                    .iter()
+                    .map(|c| match c {
+                        Change::Write(e) => {
+                            json!({"path": e.path, "action": "write", "mode": format!("{:o}", e.mode)})
+                        }
+                        Change::Stream(s) => {
+                            json!({"path": s.entry.path, "action": "write", "mode": format!("{:o}", s.entry.mode)})
+                        }
+                        Change::Whiteout(p) => json!({"path": p, "action": "whiteout"}),
+                    })
+                    .collect();
+                json!({"patch": m.id, "kind": m.kind, "outcome": v.outcome.as_str(),
+                       "reason": v.summary(), "changes": changes, "notes": v.notes})
+            })
+            .collect();
+        json!({"root": root.display().to_string(), "dry_run": dry_run, "patches": list})
+    }
+
+    /// The text for people: per patch its outcome and reason, and what a patched one writes.
+    pub fn text(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (m, v) in &self.results {
+            out.push(format!("{}: {}: {}", m.id, v.outcome, v.summary()));
+            if v.outcome == Outcome::Patched {
+                for c in &v.changes {
+                    let what = match c {
+                        Change::Write(_) | Change::Stream(_) => "write",
+                        Change::Whiteout(_) => "whiteout",
+                    };
+                    out.push(format!("  {what} /{}", c.path()));
+                }
+            }
+        }
+        out
+    }
 }

@@ -128,6 +128,32 @@ impl Patch {
         self.0.decide(tree)
     }
 
+    /// What `runner-patch patches --json` shows: the shared fields, then the kind's own.
+    pub fn describe_json(&self) -> Value {
+        let m = self.meta();
+        let mut v = serde_json::json!({
+            "id": m.id, "kind": m.kind, "title": m.title,
+            "services": m.services, "backends": m.backends,
+            "package": m.package, "affected": m.affected.as_ref().map(|r| r.to_string()),
+            "origin": m.origin,
+        });
+        if let Some(o) = v.as_object_mut() {
+            o.extend(self.0.describe().fields);
+        }
+        v
+    }
+
+    /// What `runner-patch patches` shows: the id, the title, then the kind's labelled lines
+    /// (`  label:    value`).
+    pub fn describe_text(&self) -> String {
+        let m = self.meta();
+        let mut out = format!("{}\n  {}", m.id, m.title);
+        for (label, value) in self.0.describe().lines {
+            out.push_str(&format!("\n  {:<10}{value}", format!("{label}:")));
+        }
+        out
+    }
+
     /// The kind's own type, for a command that works with one kind only (`patch-file`).
     pub fn downcast<T: PatchKind>(&self) -> Option<&T> {
         let any: &dyn Any = self.0.as_ref();

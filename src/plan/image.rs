@@ -10,25 +10,28 @@ use crate::patch::Outcome;
 use crate::plan::companions::companions;
 use crate::plan::platform::plan_platform;
 use crate::plan::types::{Error, ImagePlan, PlatformPlan, Run};
-use crate::registry::Repo;
 use crate::rewrite;
+use crate::select::{Job, Platforms};
 
-/// Plans one tag: resolves it, scans each platform (an index with thousands of children opens
-/// at most the run's number of scans at once) and builds what is new.
-pub async fn plan_image(
-    run: Arc<Run>,
-    source: &Repo,
-    tag: &str,
-    target: &Repo,
-    target_tag: &str,
-) -> Result<ImagePlan, Error> {
+/// Plans one tag: resolves it, scans each of the job's platforms (an index with thousands of
+/// children opens at most the run's number of scans at once; a platform the job leaves out is
+/// not read) and builds what is new.
+pub async fn plan_image(run: Arc<Run>, job: &Job) -> Result<ImagePlan, Error> {
+    let (source, tag, target, target_tag) = (&job.source, &job.tag, &job.target, &job.target_tag);
     let top = run.reg.manifest_get(&source.at_tag(tag)).await?;
     let src = format!("{source}:{tag}");
     let parsed = image::Top::parse(&top, &src)?;
     let kind = top
         .kind()
         .ok_or_else(|| Error::Image(format!("{src} is neither a manifest nor an index")))?;
-    let (platforms, dropped) = plan_platforms(&run, source, tag, &top, parsed, &src).await?;
+    let only = job.platforms.as_ref();
+    let (platforms, dropped) = plan_platforms(&run, job, &top, parsed, &src).await?;
+    for name in only.map(Platforms::names).unwrap_or_default() {
+        let one = Platforms::new([name.clone()]);
+        if !platforms.iter().any(|p| one.allows(&p.platform)) {
+            tracing::warn!("{src}: has no platform {name}, which its selection names");
+        }
+    }
     let (outcome, reason) = image_outcome(&platforms);
     let new_top = if outcome == Outcome::Patched {
         new_top(&top, kind, &platforms)?
@@ -71,17 +74,18 @@ pub async fn plan_image(
 /// or the single manifest).
 async fn plan_platforms(
     run: &Arc<Run>,
-    source: &Repo,
-    tag: &str,
+    job: &Job,
     top: &Document,
     parsed: image::Top,
     src: &str,
 ) -> Result<(Vec<PlatformPlan>, Vec<String>), Error> {
+    let (source, tag) = (&job.source, &job.tag);
     let index = match parsed {
         image::Top::Index(index) => index,
         image::Top::Manifest(_) => {
             let _permit = run.scans.clone().acquire_owned().await;
-            let p = plan_platform(run, source, tag, String::new(), top.clone()).await?;
+            let only = job.platforms.as_ref();
+            let p = plan_platform(run, source, tag, String::new(), top.clone(), only).await?;
             return Ok((vec![p], Vec::new()));
         }
     };
@@ -98,6 +102,7 @@ async fn plan_platforms(
         }
         let platform = child.platform.clone();
         let (run, source, tag) = (run.clone(), source.clone(), tag.to_owned());
+        let only = job.platforms.clone();
         jobs.push(tokio::spawn(async move {
             let _permit = run.scans.clone().acquire_owned().await;
             let child = run
@@ -110,7 +115,7 @@ async fn plan_platforms(
                     desc.digest, child.media_type
                 )));
             }
-            plan_platform(&run, &source, &tag, platform, child).await
+            plan_platform(&run, &source, &tag, platform, child, only.as_ref()).await
         }));
     }
     let mut platforms = Vec::new();

@@ -12,6 +12,7 @@ use crate::patch::{bytecode, tree, Change, Outcome, Patch, Tree, Verdict};
 use crate::plan::types::{Error, FileChange, NewImage, PatchStep, PlatformPlan, Run};
 use crate::registry::Repo;
 use crate::rewrite;
+use crate::select::Platforms;
 use crate::visible::{give_hashes, Search, Visible};
 
 /// The platform name of a single-manifest tag, from its config.
@@ -62,6 +63,7 @@ pub(crate) async fn plan_platform(
     tag: &str,
     platform: String,
     manifest: Document,
+    only: Option<&Platforms>,
 ) -> Result<PlatformPlan, Error> {
     let what = format!("{repo}@{}", manifest.digest);
     let image::Manifest {
@@ -84,6 +86,9 @@ pub(crate) async fn plan_platform(
     } else {
         platform
     };
+    if let Some(only) = only.filter(|o| !o.allows(&platform)) {
+        return Ok(PlatformPlan::left_out(platform, manifest, only));
+    }
     let chosen = || {
         run.patches
             .iter()

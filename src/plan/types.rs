@@ -10,6 +10,7 @@ use crate::layer::NewLayer;
 use crate::media::{Document, Kind};
 use crate::patch::{Outcome, Patch};
 use crate::registry::{Registry, RegistryError, Repo};
+use crate::select::Platforms;
 use crate::visible::Layers;
 
 /// What every image of a run is planned with: the registry, the patches in the order given,
@@ -115,10 +116,22 @@ pub struct PlatformPlan {
 impl PlatformPlan {
     /// A platform refused before any patch decided (the scan refused the image).
     pub fn refused(platform: String, original: Document, reason: String) -> Self {
+        PlatformPlan::unread(platform, original, Outcome::Refused, reason)
+    }
+
+    /// A platform the selection leaves out (a matrix rule names other platforms): not read,
+    /// and kept as it is in the new index.
+    pub fn left_out(platform: String, original: Document, only: &Platforms) -> Self {
+        let reason =
+            format!("left as it is: not among the platforms selected for this tag ({only})");
+        PlatformPlan::unread(platform, original, Outcome::NotAffected, reason)
+    }
+
+    fn unread(platform: String, original: Document, outcome: Outcome, reason: String) -> Self {
         PlatformPlan {
             platform,
             original,
-            outcome: Outcome::Refused,
+            outcome,
             reason,
             warnings: Vec::new(),
             file: None,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::digest_map::{split_tagged, ImageRecord};
+use crate::digest_map::{split_tagged, DigestMap, ImageRecord};
 use crate::image;
 use crate::media::{is_attestation, Document, Kind};
 use crate::patch::Outcome;
@@ -282,4 +282,40 @@ async fn moved_companions(reg: &Registry, rec: &ImageRecord) -> Result<Vec<Strin
         }
     }
     Ok(problems)
+}
+
+/// Every image a digest map records as carrying the patch: a patched one against its
+/// original, an already patched one by its target tag (which must serve what the map says).
+/// Returns the checks and the records skipped (`not-affected`, `refused`), named.
+pub async fn check_map(
+    reg: &Registry,
+    checks: &Checks,
+    map: &DigestMap,
+    with_provenance: bool,
+) -> Result<(Vec<ImageCheck>, Vec<String>), Error> {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for rec in &map.images {
+        match rec.outcome {
+            Outcome::Patched => out.push(check_record(reg, checks, rec, with_provenance).await?),
+            Outcome::AlreadyPatched => {
+                // What the tag served (the patched image), by tag so that its companions are
+                // checked too.
+                let mut c = check_reference(reg, checks, &rec.target, with_provenance).await?;
+                let expect = rec
+                    .patched_digest
+                    .as_deref()
+                    .unwrap_or(&rec.original_digest);
+                if c.digest != expect {
+                    c.problems.push(format!(
+                        "{} points at {}, not at {expect}",
+                        rec.target, c.digest
+                    ));
+                }
+                out.push(c);
+            }
+            other => skipped.push(format!("{} ({other})", rec.source)),
+        }
+    }
+    Ok((out, skipped))
 }

@@ -11,6 +11,6 @@ pub mod platform;
 pub mod subject;
 pub mod types;
 
-pub use image::{check_record, check_reference};
+pub use image::{check_map, check_record, check_reference};
 pub use platform::verify_platform;
 pub use types::{Checks, Error, ImageCheck, PlatformCheck};

@@ -86,4 +86,29 @@ impl ImageCheck {
     pub fn ok(&self) -> bool {
         self.problems.is_empty() && self.platforms.iter().all(|p| p.problems.is_empty())
     }
+
+    /// The check as text for people: the image and each platform, ok or FAIL, with what
+    /// differs and where each platform came from.
+    pub fn text(&self) -> String {
+        let mark = |ok: bool| if ok { "ok  " } else { "FAIL" };
+        let mut out = format!("{} {}", mark(self.ok()), self.reference);
+        for p in &self.problems {
+            out.push_str(&format!("\n  - {p}"));
+        }
+        for p in &self.platforms {
+            out.push_str(&format!(
+                "\n  {} {:<16} {}",
+                mark(p.problems.is_empty()),
+                p.platform,
+                p.file.as_deref().unwrap_or("")
+            ));
+            for x in &p.made_from {
+                out.push_str(&format!("\n      made from {x}"));
+            }
+            for x in &p.problems {
+                out.push_str(&format!("\n      - {x}"));
+            }
+        }
+        out
+    }
 }

@@ -104,6 +104,16 @@ pub struct FileDecision {
 }
 
 impl FileDecision {
+    /// Why, for every outcome: the shape patched, the patch already carried (`id`), or the
+    /// reason given.
+    pub fn why(&self, id: &str) -> String {
+        match (&self.patched, self.outcome) {
+            (Some((shape, _)), _) => format!("shape {shape} patched"),
+            (None, Outcome::AlreadyPatched) => format!("already carries patch {id}"),
+            (None, _) => self.reason.clone(),
+        }
+    }
+
     fn patched(shape: String, bytes: Vec<u8>) -> Self {
         FileDecision {
             outcome: Outcome::Patched,

@@ -1,7 +1,8 @@
-//! The lines `apply` and `plan` print per image (stdout, for people; `--json` prints the map).
+//! A record as text for people: what `apply` and `plan` print per image (`--json` prints the
+//! map itself). The library never prints; the binary writes these lines where it wants them.
 
-use runner_patch::digest_map::ImageRecord;
-use runner_patch::units::human;
+use crate::digest_map::schema::ImageRecord;
+use crate::units::human;
 
 fn short(d: &str) -> String {
     d.strip_prefix("sha256:").map_or(d.to_owned(), |h| {
@@ -9,8 +10,15 @@ fn short(d: &str) -> String {
     })
 }
 
-/// An image's outcome, digests, target, platforms, provenance, signatures and companions.
-pub fn image_row(rec: &ImageRecord) -> String {
+impl ImageRecord {
+    /// The image's outcome, digests, target, platforms, provenance, signatures and companions,
+    /// one line each under its source.
+    pub fn text(&self) -> String {
+        image_text(self)
+    }
+}
+
+fn image_text(rec: &ImageRecord) -> String {
     let digest = match &rec.patched_digest {
         Some(p) if *p != rec.original_digest => {
             format!("{} -> {}", short(&rec.original_digest), short(p))

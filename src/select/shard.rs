@@ -2,7 +2,7 @@
 //! that each job applies its share and no tag is applied by two (their digest maps are then
 //! joined with `runner-patch join`).
 
-use anyhow::{bail, Result};
+use crate::select::error::Error;
 
 /// Shard `index` of `total` (1-based, as GitLab's `CI_NODE_INDEX`/`CI_NODE_TOTAL` and Jest's
 /// or Playwright's `--shard=K/N` count).
@@ -14,7 +14,7 @@ pub struct Shard {
 
 impl Shard {
     /// Reads `K/N` with 1 <= K <= N <= 1000.
-    pub fn parse(text: &str) -> Result<Self> {
+    pub fn parse(text: &str) -> Result<Self, Error> {
         let parts = text.split_once('/').and_then(|(k, n)| {
             Some((k.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?))
         });
@@ -22,7 +22,9 @@ impl Shard {
             Some((index, total)) if (1..=total).contains(&index) && total <= 1000 => {
                 Ok(Shard { index, total })
             }
-            _ => bail!("--shard {text:?} is not K/N with 1 <= K <= N <= 1000 (e.g. 2/4)"),
+            _ => Err(Error::Request(format!(
+                "--shard {text:?} is not K/N with 1 <= K <= N <= 1000 (e.g. 2/4)"
+            ))),
         }
     }
 
@@ -32,7 +34,7 @@ impl Shard {
     /// version, and whatever other tags a run holds, so shards that list the tags at different
     /// moments still never share one.
     pub fn holds(&self, tag: &str) -> bool {
-        let digest = runner_patch::digest::sha256(tag.as_bytes());
+        let digest = crate::digest::sha256(tag.as_bytes());
         let head = digest.strip_prefix("sha256:").and_then(|h| h.get(..16));
         let n = head
             .and_then(|h| u64::from_str_radix(h, 16).ok())
@@ -40,17 +42,18 @@ impl Shard {
         n % self.total + 1 == self.index
     }
 
-    /// The tags of this shard, in their order.
-    pub fn select(&self, tags: Vec<String>) -> Vec<String> {
-        let all = tags.len();
-        let mine: Vec<String> = tags.into_iter().filter(|t| self.holds(t)).collect();
+    /// The items of this shard (each named by its tag), in their order.
+    pub fn select<T>(&self, items: Vec<T>, tag: impl Fn(&T) -> &str) -> Vec<T> {
+        let all = items.len();
+        let mine: Vec<T> = items.into_iter().filter(|t| self.holds(tag(t))).collect();
+        let names: Vec<&str> = mine.iter().map(&tag).collect();
         tracing::info!(
             "--shard {}/{}: {} of the {all} tag(s){}{}",
             self.index,
             self.total,
             mine.len(),
             if mine.is_empty() { "" } else { ": " },
-            mine.join(", ")
+            names.join(", ")
         );
         mine
     }
@@ -71,7 +74,7 @@ mod tests {
         let mut seen = 0;
         for k in 1..=3 {
             let s = Shard { index: k, total: 3 };
-            let mine = s.select(tags.clone());
+            let mine = s.select(tags.clone(), |t| t.as_str());
             assert!(!mine.is_empty());
             seen += mine.len();
         }
