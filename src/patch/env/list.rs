@@ -142,10 +142,7 @@ mod tests {
         )
         .expect("added");
         assert_eq!(v, "/x:/b:/y:/a:/z");
-        assert_eq!(
-            note,
-            "/x:/y prepended, /b moved to the front, /z appended, /a moved to the end"
-        );
+        assert_eq!(note, "/x:/y prepended, /z appended, /a moved to the end");
         assert_eq!(
             extend(Some(&v), &l(&["/x", "/b", "/y"], &["/a", "/z", "/x"]), ":"),
             None
