@@ -1,71 +1,10 @@
-//! Command-line interface: clap definitions only. Validation into settings happens in `cmd`.
+//! Command-line interface: clap definitions only. Validation into settings happens in `cmd`;
+//! the `--help` text after each command's options (what it does beyond them, and examples) is
+//! prose in `src/help/<command>.txt`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-
-const APPLY_EXAMPLES: &str = "Examples:
-  # Patch two CUDA tags in place on Docker Hub (the patched image takes over each tag)
-  runner-patch apply --backend cuda --tag cuda12.9-vllm0.27.1 --tag cuda13.0-vllm0.27.1
-
-  # Patch every affected ROCm tag, publishing under a new tag name and keeping the originals
-  runner-patch apply --backend rocm --tag-suffix -patched
-
-  # See what would happen, push nothing
-  runner-patch apply --backend cann --dry-run
-
-  # Keep each provenance statement for signing (e.g. with cosign attest --predicate)
-  runner-patch apply --backend cuda --provenance-dir provenance
-
-  # Against a local registry (loopback registries are spoken to over plain HTTP)
-  runner-patch apply --backend cuda --repository 127.0.0.1:5000/gpustack/runner --tag cuda12.9-vllm0.27.1
-
-  # An image in an OCI layout directory (skopeo copy --all docker://... oci:runner:TAG), in place
-  runner-patch apply --backend cuda --repository oci:runner --tag cuda12.9-vllm0.27.1
-
-  # One job of four in a pipeline matrix: its share of the tags, its own digest map
-  runner-patch apply --backend cuda --shard 2/4 --digest-map map-cuda-2.json
-
-  # Exactly the tags (and platforms) of a post operation's matrix.yaml
-  runner-patch apply --matrix pack/.post_operation/20260205_cuda_reinstall_nccl/matrix.yaml --patch ./fix";
-
-const PLAN_EXAMPLES: &str = "Examples:
-  # What would happen to every affected CUDA tag (file, vLLM version, outcome, bytes)
-  runner-patch plan --backend cuda
-
-  # Machine-readable, for a pipeline
-  runner-patch plan --backend rocm --tag rocm7.2-vllm0.25.1 --json
-
-  # The tags a post operation's matrix.yaml names (its cuda rules only)
-  runner-patch plan --backend cuda --matrix matrix.yaml --patch ./fix";
-
-const VERIFY_EXAMPLES: &str = "Examples:
-  # Everything an apply run patched, against the originals it recorded
-  runner-patch verify --digest-map runner-patch-manifest.json
-
-  # One image, structure only (no digest map)
-  runner-patch verify docker.io/gpustack/runner:cuda12.9-vllm0.27.1
-
-  # One image in an OCI layout directory (oci:PATH:TAG, split at the last ':')
-  runner-patch verify oci:runner:cuda12.9-vllm0.27.1";
-
-const ROLLBACK_EXAMPLES: &str = "Examples:
-  # Undo an apply run: every tag it moved goes back to its original digest
-  runner-patch rollback --digest-map runner-patch-manifest.json
-
-  # See first what would move
-  runner-patch rollback --digest-map runner-patch-manifest.json --dry-run";
-
-const JOIN_EXAMPLES: &str =
-    "The maps are merged into the output as apply merges a run into its map (an original once
-recorded is never replaced), each map's records in its order, the maps in the order given. A
-tag that two of the maps record, or maps of different patches, are refused before anything is
-written.
-
-Examples:
-  # The last job of a sharded pipeline: every shard's map, one map for verify and rollback
-  runner-patch join --digest-map runner-patch-map.json map-cuda-1.json map-cuda-2.json
-  runner-patch verify --digest-map runner-patch-map.json";
 
 use runner_patch::VERSION;
 
@@ -133,39 +72,39 @@ pub struct Bounds {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Patch every platform of the given tags and push the results.
-    #[command(after_help = APPLY_EXAMPLES)]
+    #[command(after_help = include_str!("help/apply.txt").trim_end())]
     Apply(ApplyArgs),
     /// Show what apply would do to each tag and platform; push nothing.
-    #[command(after_help = PLAN_EXAMPLES)]
+    #[command(after_help = include_str!("help/plan.txt").trim_end())]
     Plan(PlanArgs),
     /// Check patched images independently of how they were made (exit 1 on any difference).
-    #[command(after_help = VERIFY_EXAMPLES)]
+    #[command(after_help = include_str!("help/verify.txt").trim_end())]
     Verify(VerifyArgs),
     /// Point every tag in a digest map back at its original digest.
-    #[command(after_help = ROLLBACK_EXAMPLES)]
+    #[command(after_help = include_str!("help/rollback.txt").trim_end())]
     Rollback(RollbackArgs),
     /// Join the digest maps of a sharded run (apply --shard K/N) into one.
-    #[command(after_help = JOIN_EXAMPLES)]
+    #[command(after_help = include_str!("help/join.txt").trim_end())]
     Join(JoinArgs),
     /// Write shell completions to stdout.
     #[command(
-        after_help = "Examples:\n  runner-patch completions bash > /etc/bash_completion.d/runner-patch\n  runner-patch completions zsh > ~/.zfunc/_runner-patch"
+        after_help = include_str!("help/completions.txt").trim_end()
     )]
     Completions(CompletionsArgs),
     /// Apply the patch to one local file (for checking a file by hand or in tests).
     #[command(
         name = "patch-file",
-        after_help = "Examples:\n  runner-patch patch-file multi_connector.py --output patched.py\n  runner-patch patch-file multi_connector.py --json"
+        after_help = include_str!("help/patch-file.txt").trim_end()
     )]
     PatchFile(PatchFileArgs),
     /// Apply patches (any kind but env) to an unpacked tree in place, in the order given.
     #[command(
         name = "patch-dir",
-        after_help = "The package root a diff is relative to is found in the tree (the directory that holds\n<package>/). Patches apply in the order given, each to the tree the previous one left; the\nfirst refused patch stops the run (exit 1) with nothing of its own written.\n\nExamples:\n  runner-patch patch-dir rootfs/ --patch ./my-fix\n  runner-patch patch-dir site-packages/ --patch ./my-fix --patch multiconnector-observe --json\n  runner-patch patch-dir rootfs/ --patch ./my-fix --dry-run"
+        after_help = include_str!("help/patch-dir.txt").trim_end()
     )]
     PatchDir(PatchDirArgs),
     /// List the known patches.
-    #[command(after_help = "Examples:\n  runner-patch patches\n  runner-patch patches --json")]
+    #[command(after_help = include_str!("help/patches.txt").trim_end())]
     Patches(PatchesArgs),
 }
 
