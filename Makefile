@@ -82,7 +82,7 @@ bench: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
-	actionlint -no-color examples/github-actions/patch-runner.yml
+	actionlint -no-color examples/github-actions/patch-runner.yml examples/github-actions/patch-with-action.yml tests/workflows/action-local.yml
 	$(PYTHON) scripts/doclinks.py --self-test
 	$(PYTHON) scripts/doclinks.py
 	$(PYTHON) scripts/structure.py --self-test

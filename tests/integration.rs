@@ -4,6 +4,8 @@
 #[path = "it/harness.rs"]
 mod harness;
 
+#[path = "it/action.rs"]
+mod action;
 #[path = "it/apply.rs"]
 mod apply;
 #[path = "it/blobs.rs"]

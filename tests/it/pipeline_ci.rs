@@ -21,7 +21,7 @@ const DEMO_CUDA: &[&str] = &[
 ];
 
 /// Serves the files of `dir` over plain HTTP on loopback (GET only), as a release page would.
-fn serve_dir(dir: PathBuf) -> String {
+pub(crate) fn serve_dir(dir: PathBuf) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     std::thread::spawn(move || {

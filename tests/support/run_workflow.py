@@ -14,7 +14,9 @@ job, step); GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files
 GitHub, with GITHUB_ACTIONS=true. `${{ }}` expressions are evaluated only for the small
 grammar this project's workflows use (contexts inputs, secrets, vars, github, runner, steps,
 needs, env, matrix; `||`, `&&`, `==`, `!=`, `!`, parentheses, string literals, always(),
-success(), failure(), fromJSON(x)); anything else is an error, never silently empty. `uses:`
+success(), failure(), fromJSON(x)); anything else is an error, never silently empty. A
+composite action runs its steps in order (`uses: ./` from `--checkout`, default the current
+directory, or `uses: OWNER/NAME@ref` mapped to a folder by `--action OWNER/NAME=DIR`). Other `uses:`
 steps are simulated for actions/upload-artifact and actions/download-artifact (DIR/artifacts/
 NAME/; `name`, or `pattern` with `merge-multiple`) and actions/cache/save and restore (exact
 key, DIR/caches/KEY/); any other action is an error. YAML anchors and aliases are read as
@@ -361,6 +363,51 @@ def watched(paths):
     return [os.path.getsize(p) if os.path.exists(p) else 0 for p in paths]
 
 
+def composite(action, with_, ctx, args, script_step, key):
+    """Runs a composite action of this checkout (`uses: ./DIR`, or an `owner/name` mapped by
+    `--action owner/name=DIR`): its inputs from `with:` over their defaults, each step's
+    `env:` evaluated with them, its `run:` scripts in order (a failed one ends it), and its
+    outputs from its steps'."""
+    root = args.actions.get(action) or os.path.join(args.checkout, action[2:])
+    path = next((os.path.join(root, n) for n in ("action.yml", "action.yaml")
+                 if os.path.isfile(os.path.join(root, n))), None)
+    if path is None:
+        raise WorkflowError(f"action {action}: no action.yml in {root}")
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    runs = spec.get("runs") or {}
+    if runs.get("using") != "composite":
+        raise WorkflowError(f"action {action} is not a composite action")
+    declared = spec.get("inputs") or {}
+    unknown = sorted(set(with_) - set(declared))
+    if unknown:
+        raise WorkflowError(f"action {action} has no input {', '.join(unknown)}")
+    inputs = {k: str(v.get("default", "")) for k, v in declared.items()}
+    inputs.update({k: str(v) for k, v in with_.items()})
+    for k, d in declared.items():
+        if d.get("required") and not inputs.get(k):
+            raise WorkflowError(f"action {action}: input {k} is required")
+    actx = dict(ctx, inputs=inputs, steps={},
+                github=dict(ctx["github"], action_repository=action if action in args.actions else ""))
+    outcome = "success"
+    for j, step in enumerate(runs.get("steps") or []):
+        if "run" not in step:
+            raise WorkflowError(f"action {action}: step {j} is not a run step")
+        if "shell" not in step:
+            raise WorkflowError(f"action {action}: step {j} has no shell (composite steps need one)")
+        name = step.get("name") or f"{action} step {j}"
+        env = dict(actx["env"])
+        env.update({k: substitute(v, actx) for k, v in (step.get("env") or {}).items()})
+        outcome, code, outs = script_step(f"{key}-{j}", name, step["run"], step["shell"], env)
+        outs.pop("\0watch", None)
+        if step.get("id"):
+            actx["steps"][step["id"]] = {"outputs": outs, "outcome": outcome}
+        if outcome != "success":
+            break
+    outputs = {k: substitute((v or {}).get("value", ""), actx) for k, v in (spec.get("outputs") or {}).items()}
+    return f"composite action {action}: {outcome}", outcome, outputs
+
+
 def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index=None):
     run_name = job_id if index is None else f"{job_id}-{index}"
     base = os.path.join(work, "jobs", run_name)
@@ -383,53 +430,19 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index
     job_env.update({k: substitute(v, ctx) for k, v in (job.get("env") or {}).items()})
     extra_env, extra_path = {}, []
     steps_report = []
-    for i, step in enumerate(job.get("steps") or []):
-        name = step.get("name") or step.get("run", step.get("uses", f"step {i}")).split("\n")[0]
-        ctx["env"] = dict(job_env, **extra_env)
-        if not condition(step.get("if"), ctx):
-            steps_report.append({"name": name, "kind": "run" if "run" in step else "uses", "outcome": "skipped"})
-            continue
-        step_env = dict(job_env)
-        step_env.update(extra_env)
-        step_env.update({k: substitute(v, ctx) for k, v in (step.get("env") or {}).items()})
-        if "uses" in step:
-            uses = step["uses"]
-            with_ = {k: substitute(v, ctx) for k, v in (step.get("with") or {}).items()}
-            action = uses.split("@")[0]
-            try:
-                if action == "actions/upload-artifact":
-                    note = upload_artifact(with_, workspace, artifacts)
-                elif action == "actions/download-artifact":
-                    note = download_artifact(with_, workspace, artifacts)
-                elif action == "actions/cache/save":
-                    note = cache_save(with_, os.path.join(work, "caches"))
-                elif action == "actions/cache/restore":
-                    note, hit = cache_restore(with_, os.path.join(work, "caches"))
-                    if step.get("id"):
-                        ctx["steps"][step["id"]] = {"outputs": {"cache-hit": hit}, "outcome": "success"}
-                else:
-                    raise WorkflowError(f"action {uses} is not simulated by this runner")
-                outcome = "success"
-            except WorkflowError:
-                raise
-            except OSError as e:
-                note, outcome = str(e), "failure"
-            print(f"[{job_id}] {name}: {note}", file=sys.stderr)
-            steps_report.append({"name": name, "kind": "uses", "uses": uses, "outcome": outcome})
-            if outcome != "success":
-                ctx["failed"] = True
-            continue
-        script = step["run"]
+
+    def script_step(key, name, script, shell, step_env):
+        """Runs one `run:` script as the runner would; its outputs, and the watch record."""
+        nonlocal extra_env, extra_path
         if EXPR.search(script):
             raise WorkflowError(f"step {name!r} of job {job_id} has an expression inside its script; pass it through env:")
-        shell = step.get("shell", shell_default)
         if shell not in SHELLS:
             raise WorkflowError(f"shell {shell!r} is not supported by this runner")
-        script_path = os.path.join(temp, f"step-{i}.sh")
+        script_path = os.path.join(temp, f"step-{key}.sh")
         with open(script_path, "w") as f:
             f.write(script)
-        output_file = os.path.join(base, f"output-{i}")
-        step_summary = os.path.join(base, f"summary-{i}.md")
+        output_file = os.path.join(base, f"output-{key}")
+        step_summary = os.path.join(base, f"summary-{key}.md")
         open(output_file, "w").close()
         open(step_summary, "w").close()
         env = {
@@ -455,16 +468,62 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index
         before = watched(args.watch)
         proc = subprocess.run(cmd, cwd=workspace, env=env, stdin=subprocess.DEVNULL)
         outcome = "success" if proc.returncode == 0 else "failure"
-        steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": proc.returncode,
-                             "watch": [[b, a] for b, a in zip(before, watched(args.watch))]})
         with open(summary_path, "a") as out, open(step_summary) as s:
             out.write(s.read())
         extra_env = read_env_file(env_file)
         extra_path = [p for p in open(path_file).read().split("\n") if p]
+        outs = read_env_file(output_file)
+        outs["\0watch"] = [[b, a] for b, a in zip(before, watched(args.watch))]
+        return outcome, proc.returncode, outs
+
+    for i, step in enumerate(job.get("steps") or []):
+        name = step.get("name") or step.get("run", step.get("uses", f"step {i}")).split("\n")[0]
+        ctx["env"] = dict(job_env, **extra_env)
+        if not condition(step.get("if"), ctx):
+            steps_report.append({"name": name, "kind": "run" if "run" in step else "uses", "outcome": "skipped"})
+            continue
+        step_env = dict(job_env)
+        step_env.update(extra_env)
+        step_env.update({k: substitute(v, ctx) for k, v in (step.get("env") or {}).items()})
+        if "uses" in step:
+            uses = step["uses"]
+            with_ = {k: substitute(v, ctx) for k, v in (step.get("with") or {}).items()}
+            action = uses.split("@")[0]
+            outcome = "success"
+            try:
+                if action == "actions/upload-artifact":
+                    note = upload_artifact(with_, workspace, artifacts)
+                elif action == "actions/download-artifact":
+                    note = download_artifact(with_, workspace, artifacts)
+                elif action == "actions/cache/save":
+                    note = cache_save(with_, os.path.join(work, "caches"))
+                elif action == "actions/cache/restore":
+                    note, hit = cache_restore(with_, os.path.join(work, "caches"))
+                    if step.get("id"):
+                        ctx["steps"][step["id"]] = {"outputs": {"cache-hit": hit}, "outcome": "success"}
+                elif action.startswith("./") or action in args.actions:
+                    note, outcome, outs = composite(action, with_, ctx, args, script_step, str(i))
+                    if step.get("id"):
+                        ctx["steps"][step["id"]] = {"outputs": outs, "outcome": outcome}
+                else:
+                    raise WorkflowError(f"action {uses} is not simulated by this runner")
+            except WorkflowError:
+                raise
+            except OSError as e:
+                note, outcome = str(e), "failure"
+            print(f"[{job_id}] {name}: {note}", file=sys.stderr)
+            steps_report.append({"name": name, "kind": "uses", "uses": uses, "outcome": outcome})
+            if outcome != "success":
+                ctx["failed"] = True
+            continue
+        shell = step.get("shell", shell_default)
+        outcome, code, outs = script_step(str(i), name, step["run"], shell, step_env)
+        steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": code,
+                             "watch": outs.pop("\0watch")})
         if step.get("id"):
-            ctx["steps"][step["id"]] = {"outputs": read_env_file(output_file), "outcome": outcome}
+            ctx["steps"][step["id"]] = {"outputs": outs, "outcome": outcome}
         if outcome != "success":
-            print(f"[{job_id}] {name}: exit {proc.returncode}", file=sys.stderr)
+            print(f"[{job_id}] {name}: exit {code}", file=sys.stderr)
             ctx["failed"] = True
     outputs = {k: substitute(v, ctx) for k, v in (job.get("outputs") or {}).items()}
     return {"result": "failure" if ctx["failed"] else "success", "outputs": outputs, "steps": steps_report}
@@ -478,9 +537,13 @@ def main():
     p.add_argument("--secret", action="append", default=[])
     p.add_argument("--var", action="append", default=[])
     p.add_argument("--path", action="append", default=[], help="prepended to PATH of every step")
+    p.add_argument("--checkout", default=os.getcwd(), help="the repository `uses: ./` actions are read from")
+    p.add_argument("--action", action="append", default=[],
+                   help="OWNER/NAME=DIR: run `uses: OWNER/NAME@ref` from the composite action in DIR")
     p.add_argument("--watch", action="append", default=[],
                    help="a file (e.g. a registry's log) whose size is recorded before and after each run step")
     args = p.parse_args()
+    args.actions = kv(args.action)
     with open(args.workflow) as f:
         wf = yaml.safe_load(f)
     # PyYAML reads the bare key `on` as the boolean True.
