@@ -73,10 +73,17 @@ pub fn extend(current: Option<&str>, lists: &Lists, sep: &str) -> Option<(String
     if all == have {
         return None;
     }
-    let at = |e: &str, list: &[&str]| list.iter().position(|x| *x == e);
+    // Held entries moved: those past the run the value already started (or ended) with.
+    let lead = front.iter().zip(&have).take_while(|(f, h)| f == h).count();
+    let trail = back
+        .iter()
+        .rev()
+        .zip(have.iter().rev())
+        .take_while(|(b, h)| b == h)
+        .count();
     let mut notes = Vec::new();
-    let mut say = |entries: &[&str], added: &str, moved: &str| {
-        let new: Vec<&str> = entries
+    let mut say = |entries: &[&str], settled: &[&str], added: &str, moved: &str| {
+        let fresh: Vec<&str> = entries
             .iter()
             .copied()
             .filter(|e| !have.contains(e))
@@ -84,17 +91,22 @@ pub fn extend(current: Option<&str>, lists: &Lists, sep: &str) -> Option<(String
         let shifted: Vec<&str> = entries
             .iter()
             .copied()
-            .filter(|e| have.contains(e) && at(e, &have) != at(e, &all))
+            .filter(|e| have.contains(e) && !settled.contains(e))
             .collect();
-        if !new.is_empty() {
-            notes.push(format!("{} {added}", new.join(sep)));
+        if !fresh.is_empty() {
+            notes.push(format!("{} {added}", fresh.join(sep)));
         }
         if !shifted.is_empty() {
             notes.push(format!("{} {moved}", shifted.join(sep)));
         }
     };
-    say(&front, "prepended", "moved to the front");
-    say(&back, "appended", "moved to the end");
+    say(&front, &front[..lead], "prepended", "moved to the front");
+    say(
+        &back,
+        &back[back.len() - trail..],
+        "appended",
+        "moved to the end",
+    );
     if notes.is_empty() {
         notes.push("duplicate entries removed".to_owned());
     }
@@ -142,7 +154,10 @@ mod tests {
         )
         .expect("added");
         assert_eq!(v, "/x:/b:/y:/a:/z");
-        assert_eq!(note, "/x:/y prepended, /z appended, /a moved to the end");
+        assert_eq!(
+            note,
+            "/x:/y prepended, /b moved to the front, /z appended, /a moved to the end"
+        );
         assert_eq!(
             extend(Some(&v), &l(&["/x", "/b", "/y"], &["/a", "/z", "/x"]), ":"),
             None
@@ -188,5 +203,60 @@ mod tests {
         );
         let ok = lists(&m("PATH", "/x"), &m("PATH", "/y;/z"), ";").expect("ok");
         assert_eq!(ok["PATH"], l(&["/x"], &["/y", "/z"]));
+    }
+
+    /// What `/bin/sh` makes of `NAME=<line>` on `current`, each entry kept once: its first copy
+    /// for a prepend (`A:B:${PATH}`), its last for an append (`${PATH}:A:B`), which is the
+    /// order each asks for.
+    fn sh_reads(current: &str, line: &str, keep_last: bool) -> String {
+        let out = std::process::Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!("P=\"$0\"; P=\"{line}\"; printf %s \"$P\""),
+                current,
+            ])
+            .output()
+            .expect("/bin/sh");
+        let mut seen: Vec<String> = Vec::new();
+        let all: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split(':')
+            .map(str::to_owned)
+            .collect();
+        let ordered: Vec<String> = if keep_last {
+            all.into_iter().rev().collect()
+        } else {
+            all
+        };
+        for e in ordered {
+            if !seen.contains(&e) {
+                seen.push(e);
+            }
+        }
+        if keep_last {
+            seen.reverse();
+        }
+        seen.join(":")
+    }
+
+    #[test]
+    fn the_order_is_what_sh_makes_of_the_env_line() {
+        // Held in another order, one at the end (the CUDA image's PATH).
+        let cuda = "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/usr/local/cuda/nvvm/bin";
+        let front = "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/cuda/nvvm/bin";
+        let (v, _) = extend(
+            Some(cuda),
+            &l(&front.split(':').collect::<Vec<_>>(), &[]),
+            ":",
+        )
+        .expect("moved");
+        assert_eq!(v, sh_reads(cuda, &format!("{front}:$P"), false));
+        // Appended: one already at the front, one in the middle, one new.
+        let held = "/opt/b:/usr/bin:/opt/a:/bin";
+        let back = ["/opt/a", "/opt/b", "/opt/c"];
+        let (v, note) = extend(Some(held), &l(&[], &back), ":").expect("moved");
+        assert_eq!(v, sh_reads(held, "$P:/opt/a:/opt/b:/opt/c", true));
+        assert_eq!(v, "/usr/bin:/bin:/opt/a:/opt/b:/opt/c");
+        assert_eq!(note, "/opt/c appended, /opt/a:/opt/b moved to the end");
+        assert_eq!(extend(Some(&v), &l(&[], &back), ":"), None, "already so");
     }
 }
