@@ -482,8 +482,9 @@ ENVS = [
     ("20251214_cuda_several_patches", "cuda", "cuda12.8-vllm0.12.0",
      ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/bin",
       "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64"],
-     ["PATH=/usr/local/cuda/nvvm/bin:/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/bin",
-      "LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"]),
+     # The operation's order in front, each entry once (ENV's reading, later duplicates dropped).
+     ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/cuda/nvvm/bin:/usr/local/sbin:/usr/bin",
+      "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64"]),
     ("20251215_cann_several_patches", "cann", "cann8.3-910b-vllm0.11.0",
      ["PATH=/usr/local/python3.11.13/bin:/usr/bin"],
      ["PATH=/usr/local/Ascend/ascend-toolkit/latest/bisheng_toolkit/bishengir/bin:/usr/local/python3.11.13/bin:/usr/bin"]),
