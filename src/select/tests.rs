@@ -3,59 +3,7 @@ use std::path::Path;
 use super::*;
 
 /// The runner project's `pack/.post_operation/20260205_cuda_reinstall_nccl/matrix.yaml`.
-const NCCL: &str = r#"rules:
-
-  #
-  # NVIDIA CUDA
-  #
-
-  ## Packed NVIDIA CUDA 12.9.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.9"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-      - "sglang"
-    args:
-      - "CUDA_VERSION=12.9"
-      - "VLLM_VERSION=0.14.1"
-      - "SGLANG_VERSION=0.5.8"
-  ## Packed NVIDIA CUDA 12.8.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.8"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-      - "sglang"
-    args:
-      - "CUDA_VERSION=12.8"
-      - "VLLM_VERSION=0.14.1"
-      - "SGLANG_VERSION=0.5.8"
-  ## Packed NVIDIA CUDA 12.6.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.6"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.6"
-      - "VLLM_VERSION=0.14.1"
-"#;
+const NCCL: &str = include_str!("../../tests/matrices/20260205_cuda_reinstall_nccl.yaml");
 
 /// The shape of `20251125_mindie_install_posix_ipc` (cann, a variant per rule), with a rule
 /// of another backend beside it.

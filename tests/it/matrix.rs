@@ -13,59 +13,7 @@ use serde_json::Value;
 use crate::harness::{retag, served, skopeo_raw, Registry, Tool};
 
 /// `pack/.post_operation/20260205_cuda_reinstall_nccl/matrix.yaml`: 8 tags.
-const NCCL: &str = r#"rules:
-
-  #
-  # NVIDIA CUDA
-  #
-
-  ## Packed NVIDIA CUDA 12.9.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.9"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-      - "sglang"
-    args:
-      - "CUDA_VERSION=12.9"
-      - "VLLM_VERSION=0.14.1"
-      - "SGLANG_VERSION=0.5.8"
-  ## Packed NVIDIA CUDA 12.8.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.8"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-      - "sglang"
-    args:
-      - "CUDA_VERSION=12.8"
-      - "VLLM_VERSION=0.14.1"
-      - "SGLANG_VERSION=0.5.8"
-  ## Packed NVIDIA CUDA 12.6.
-  ##
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.6"
-      - "VLLM_VERSION=0.15.0"
-  - backend: "cuda"
-    services:
-      - "vllm"
-    args:
-      - "CUDA_VERSION=12.6"
-      - "VLLM_VERSION=0.14.1"
-"#;
+const NCCL: &str = include_str!("../matrices/20260205_cuda_reinstall_nccl.yaml");
 
 const NCCL_TAGS: [&str; 8] = [
     "cuda12.9-vllm0.15.0",
@@ -340,10 +288,15 @@ fn the_nccl_matrix_plans_and_moves_exactly_its_eight_tags() {
     )
     .expect("json");
     assert_eq!(sources(&map), NCCL_TAGS);
+    verify_ok(work.path(), &patch);
+}
+
+/// `verify` of the map apply wrote in `work` passes.
+fn verify_ok(work: &Path, patch: &Path) {
     let verify = Tool::new("verify")
-        .cwd(work.path())
-        .patch(&patch)
-        .digest_map(work.path().join("runner-patch-manifest.json"))
+        .cwd(work)
+        .patch(patch)
+        .digest_map(work.join("runner-patch-manifest.json"))
         .run();
     assert_eq!(verify.code, 0, "{}\n{}", verify.stdout, verify.stderr);
 }
@@ -488,12 +441,7 @@ fn platforms_outside_a_rule_keep_their_manifests_in_the_patched_index() {
     }
     assert_eq!(digests(&reg, &near), near_before, "a near miss moved");
     // verify takes the platform left as it is for what it is: an original child.
-    let verify = Tool::new("verify")
-        .cwd(work.path())
-        .patch(&patch)
-        .digest_map(work.path().join("runner-patch-manifest.json"))
-        .run();
-    assert_eq!(verify.code, 0, "{}\n{}", verify.stdout, verify.stderr);
+    verify_ok(work.path(), &patch);
 }
 
 #[test]
