@@ -4,12 +4,11 @@
 //! sha256 does not match is refused before it runs.
 
 use std::path::Path;
-use std::process::Stdio;
 
 use serde_json::Value;
 
 use crate::harness::*;
-use crate::pipeline_ci::serve_dir;
+use crate::pipeline_ci::{job, run_workflow, serve_dir};
 
 const TAGS: &[&str] = &["cuda12.9-vllm0.27.1", "cuda13.0-vllm0.30.0"];
 
@@ -36,23 +35,7 @@ fn run(reg: &Registry, work: &Path, extra: &[String], path: Option<&Path>) -> (i
     if let Some(p) = path {
         cmd.arg("--path").arg(p);
     }
-    let out = cmd.stdin(Stdio::null()).output().expect("run_workflow.py");
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = std::fs::read(work.join("wf/report.json"))
-        .map(|b| serde_json::from_slice(&b).expect("report json"))
-        .unwrap_or_else(|_| panic!("no report from run_workflow.py: {log}"));
-    (out.status.code().unwrap_or(-1), log, report)
-}
-
-fn job<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["jobs"]
-        .as_array()
-        .and_then(|j| j.iter().find(|j| j["id"] == id))
-        .unwrap_or_else(|| panic!("no job {id} in {report}"))
+    run_workflow(&mut cmd, &work.join("wf"))
 }
 
 /// A release page holding the binary and a sha256 file (the right one, or a wrong one).

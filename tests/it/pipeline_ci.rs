@@ -159,26 +159,30 @@ fn run_example(reg: &Registry, work: &Path, secrets: &[(&str, &str)]) -> (i32, S
     for (k, v) in secrets {
         cmd.arg("--secret").arg(format!("{k}={v}"));
     }
-    let out = cmd
-        .env_remove("DOCKER_CONFIG")
+    cmd.env_remove("DOCKER_CONFIG")
         .env_remove("REGISTRY_AUTH_FILE")
         .env_remove("RUNNER_PATCH_USERNAME")
-        .env_remove("RUNNER_PATCH_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run_workflow.py");
+        .env_remove("RUNNER_PATCH_PASSWORD");
+    run_workflow(&mut cmd, &work.join("wf"))
+}
+
+/// Runs a prepared `run_workflow.py` command whose `--work` is `wf`: its exit status, its log
+/// and the report it wrote.
+pub(crate) fn run_workflow(cmd: &mut Command, wf: &Path) -> (i32, String, Value) {
+    let out = cmd.stdin(Stdio::null()).output().expect("run_workflow.py");
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = std::fs::read(work.join("wf/report.json"))
+    let report = std::fs::read(wf.join("report.json"))
         .map(|b| serde_json::from_slice(&b).expect("report json"))
         .unwrap_or_else(|_| panic!("no report from run_workflow.py: {log}"));
     (out.status.code().unwrap_or(-1), log, report)
 }
 
-fn job<'a>(report: &'a Value, id: &str) -> &'a Value {
+/// The report's job `id` (the first run of a matrix job).
+pub(crate) fn job<'a>(report: &'a Value, id: &str) -> &'a Value {
     report["jobs"]
         .as_array()
         .and_then(|j| j.iter().find(|j| j["id"] == id))

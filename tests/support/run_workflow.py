@@ -398,8 +398,7 @@ def composite(action, with_, ctx, args, script_step, key):
         name = step.get("name") or f"{action} step {j}"
         env = dict(actx["env"])
         env.update({k: substitute(v, actx) for k, v in (step.get("env") or {}).items()})
-        outcome, code, outs = script_step(f"{key}-{j}", name, step["run"], step["shell"], env)
-        outs.pop("\0watch", None)
+        outcome, code, outs, _ = script_step(f"{key}-{j}", name, step["run"], step["shell"], env)
         if step.get("id"):
             actx["steps"][step["id"]] = {"outputs": outs, "outcome": outcome}
         if outcome != "success":
@@ -432,7 +431,8 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index
     steps_report = []
 
     def script_step(key, name, script, shell, step_env):
-        """Runs one `run:` script as the runner would; its outputs, and the watch record."""
+        """Runs one `run:` script as the runner would: its outcome, exit status, outputs, and
+        the sizes of the watched files before and after."""
         nonlocal extra_env, extra_path
         if EXPR.search(script):
             raise WorkflowError(f"step {name!r} of job {job_id} has an expression inside its script; pass it through env:")
@@ -472,9 +472,8 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index
             out.write(s.read())
         extra_env = read_env_file(env_file)
         extra_path = [p for p in open(path_file).read().split("\n") if p]
-        outs = read_env_file(output_file)
-        outs["\0watch"] = [[b, a] for b, a in zip(before, watched(args.watch))]
-        return outcome, proc.returncode, outs
+        watch = [[b, a] for b, a in zip(before, watched(args.watch))]
+        return outcome, proc.returncode, read_env_file(output_file), watch
 
     for i, step in enumerate(job.get("steps") or []):
         name = step.get("name") or step.get("run", step.get("uses", f"step {i}")).split("\n")[0]
@@ -517,9 +516,9 @@ def run_job(job_id, job, wf, args, ctx_base, work, artifacts, matrix=None, index
                 ctx["failed"] = True
             continue
         shell = step.get("shell", shell_default)
-        outcome, code, outs = script_step(str(i), name, step["run"], shell, step_env)
+        outcome, code, outs, watch = script_step(str(i), name, step["run"], shell, step_env)
         steps_report.append({"name": name, "kind": "run", "outcome": outcome, "exit_code": code,
-                             "watch": outs.pop("\0watch")})
+                             "watch": watch})
         if step.get("id"):
             ctx["steps"][step["id"]] = {"outputs": outs, "outcome": outcome}
         if outcome != "success":
