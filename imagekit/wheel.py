@@ -7,7 +7,8 @@ fixed entry times and modes, sorted names, the `.dist-info` directory last and `
 last entry of all, as PEP 427 recommends.
 
     w = Wheel("demo-pkg", "2.0", files={"demo_pkg/__init__.py": "..."},
-              console_scripts={"demo": "demo_pkg.cli:main"}, requires=["base-lib>=1.0"])
+              console_scripts={"demo": "demo_pkg.cli:main"}, requires=["base-lib>=1.0"],
+              extras={"fancy": ["fancy-lib>=1.0"]})     # Provides-Extra, and a marked Requires-Dist
     path = w.write(directory)          # directory/demo_pkg-2.0-py3-none-any.whl
 """
 
@@ -48,7 +49,7 @@ class Wheel:
 
     def __init__(self, name, version, *, files=None, data=None, console_scripts=None,
                  gui_scripts=None, requires=(), requires_python=None, tag="py3-none-any",
-                 summary=None):
+                 summary=None, extras=None):
         for key in data or {}:
             if key not in DATA_KEYS:
                 raise ValueError(f"{name} {version}: unknown .data directory {key!r}")
@@ -58,6 +59,7 @@ class Wheel:
         self.console_scripts = dict(console_scripts or {})
         self.gui_scripts = dict(gui_scripts or {})
         self.requires = list(requires)
+        self.extras = {k: list(v) for k, v in (extras or {}).items()}
         self.requires_python = requires_python
         self.summary = summary or f"{name} {version}, a test wheel"
 
@@ -83,6 +85,9 @@ class Wheel:
         if self.requires_python:
             lines.append(f"Requires-Python: {self.requires_python}")
         lines += [f"Requires-Dist: {r}" for r in self.requires]
+        for extra, reqs in sorted(self.extras.items()):
+            lines.append(f"Provides-Extra: {extra}")
+            lines += [f'Requires-Dist: {r}; extra == "{extra}"' for r in reqs]
         return "\n".join(lines) + "\n\n"
 
     def _wheel_file(self):

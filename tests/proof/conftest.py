@@ -56,3 +56,38 @@ def wheels_world(tmp_path_factory, as_root):
             yield WheelsWorld(work, addr, registry_dir, served, url)
     finally:
         fixture_registry.stop(registry_dir)
+
+
+class ReqWorld:
+    """What every requirements-route proof test shares: the wheels proof's world, the index of
+    `tests.proof.reqset` (all modes "ok" between tests), and the requirements layer per
+    architecture (what the route's cases start from)."""
+
+    def __init__(self, wheels_world, work, index):
+        from tests.proof import reqset
+        self.wheels_world, self.work, self.index = wheels_world, work, index
+        self.present = {a: reqset.present_layer(wheels_world, a, work / a) for a in ("amd64", "arm64")}
+
+    def push(self, repo: str, tag: str, arches=("amd64", "arm64"), env=None) -> dict:
+        """The fixture image at REPO:TAG: Python root, pip's installed layer, the requirements
+        layer; Env reqset.ENV unless ENV is given."""
+        from tests.proof import reqset
+        w = self.wheels_world
+        return w.layers.push(w.addr, repo, tag, arches=arches, style="oci" if len(arches) > 1 else "single",
+                             extra=lambda a: [self.present[a]], env=reqset.ENV if env is None else env)
+
+
+@pytest.fixture(scope="session")
+def req_world(wheels_world, tmp_path_factory):
+    from tests.proof import pyindex, reqset
+
+    work = tmp_path_factory.mktemp("requirements")
+    with pyindex.Index(reqset.write(work / "index")) as index:
+        yield ReqWorld(wheels_world, work, index)
+
+
+@pytest.fixture()
+def index(req_world):
+    """The session's index, its modes "ok" again after the test."""
+    yield req_world.index
+    req_world.index.modes.update({k: "ok" for k in req_world.index.modes})

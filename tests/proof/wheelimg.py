@@ -115,13 +115,14 @@ class Layers:
                                         work / f"base-{arch}.tar.gz", skip={pyroot.MARKER})
 
     def push(self, addr: str, repo: str, tag: str, arches=("amd64",), style: str = "single",
-             extra=None) -> dict:
+             extra=None, env=None) -> dict:
         """The fixture image at ADDR/REPO:TAG for ARCHES (EXTRA: more layers per arch, a
-        function of the arch); imagekit.image.push's answer."""
+        function of the arch; ENV: the config's Env, imagekit's default PATH when None);
+        imagekit.image.push's answer."""
         client = Client(addr, repo)
         try:
             plats = {PLATFORM[a]: [self.base[a], self.installed, *(extra(a) if extra else [])] for a in arches}
-            return push(client, tag, plats, style=style)
+            return push(client, tag, plats, style=style, **({"env": env} if env is not None else {}))
         finally:
             client.close()
 

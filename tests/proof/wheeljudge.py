@@ -39,13 +39,14 @@ def _same_interpreter(pip_root: Path, tool_root: Path, a: bytes, b: bytes) -> st
     return None
 
 
-def _free_difference(pip_root: Path, tool_root: Path, rel: str, launchers: dict[str, str]) -> str | None:
-    """None when the two versions of file REL may differ (pip's install contract leaves it
+def _free_difference(pip_root: Path, tool_root: Path, rel: str, launchers: dict[str, str],
+                     judge: str = "pip") -> str | None:
+    """None when the two versions of file REL may differ (the judge's install contract leaves it
     free); else a description of the difference."""
     a, b = (pip_root / rel).read_bytes(), (tool_root / rel).read_bytes()
     if rel.endswith(".dist-info/INSTALLER"):
-        if a != b"pip\n" or not b.strip():
-            return f"INSTALLER is {b!r} (pip wrote {a!r})"
+        if a != INSTALLER[judge] or not b.strip():
+            return f"INSTALLER is {b!r} ({judge} wrote {a!r})"
         return None
     if rel in launchers:
         why = _same_interpreter(pip_root, tool_root, a, b)
@@ -64,13 +65,25 @@ def _free_difference(pip_root: Path, tool_root: Path, rel: str, launchers: dict[
     return "bytes differ"
 
 
-def compare(pip_root: Path, tool_root: Path) -> list[str]:
-    """The differences between the tree pip made (PIP_ROOT) and the tool's (TOOL_ROOT): paths
-    only in one, type, mode, owner, link target, bytes; RECORDs compared as sets of rows
-    (hashes of the files free to differ left out) and checked against each tree's files."""
+# Files of a `.dist-info` that one installer writes and another need not: uv writes REQUESTED
+# for what was asked for and a record of its cache; pip's REQUESTED is asked for by the tool.
+OPTIONAL = {"pip": (), "uv": ("REQUESTED", "uv_cache.json")}
+INSTALLER = {"pip": b"pip\n", "uv": b"uv"}  # each one's INSTALLER, byte for byte
+
+
+def _optional(path: str, judge: str) -> bool:
+    parent, _, name = path.rpartition("/")
+    return parent.endswith(".dist-info") and name in OPTIONAL[judge]
+
+
+def compare(pip_root: Path, tool_root: Path, judge: str = "pip") -> list[str]:
+    """The differences between the tree the JUDGE (pip or uv) made (PIP_ROOT) and the tool's
+    (TOOL_ROOT): paths only in one, type, mode, owner, link target, bytes; RECORDs compared as
+    sets of rows (hashes of the files free to differ left out, the optional files' rows
+    dropped) and checked against each tree's files."""
     a, b = snapshot(pip_root), snapshot(tool_root)
-    diffs = [f"only in pip's tree: /{p}" for p in sorted(set(a) - set(b))]
-    diffs += [f"only in runner-patch's tree: /{p}" for p in sorted(set(b) - set(a))]
+    diffs = [f"only in {judge}'s tree: /{p}" for p in sorted(set(a) - set(b)) if not _optional(p, judge)]
+    diffs += [f"only in runner-patch's tree: /{p}" for p in sorted(set(b) - set(a)) if not _optional(p, judge)]
     launchers = entry_points(pip_root)
     free, records = set(), []
     for p in sorted(set(a) & set(b)):
@@ -78,36 +91,38 @@ def compare(pip_root: Path, tool_root: Path) -> list[str]:
         if p.endswith(".dist-info/RECORD") and x[0] == y[0] == "file":
             records.append(p)
             if (x[1], x[4:]) != (y[1], y[4:]):
-                diffs.append(f"/{p}: mode/owner {oct(y[1])} {y[4:]} (pip: {oct(x[1])} {x[4:]})")
+                diffs.append(f"/{p}: mode/owner {oct(y[1])} {y[4:]} ({judge}: {oct(x[1])} {x[4:]})")
             continue
-        if x == y:
+        if x == y or _optional(p, judge):
             continue
         if x[0] != y[0] or x[0] != "file":
-            diffs.append(f"/{p}: {y} (pip: {x})")
+            diffs.append(f"/{p}: {y} ({judge}: {x})")
             continue
         if (x[1], x[4:]) != (y[1], y[4:]):
-            diffs.append(f"/{p}: mode/owner {oct(y[1])} {y[4:]} (pip: {oct(x[1])} {x[4:]})")
+            diffs.append(f"/{p}: mode/owner {oct(y[1])} {y[4:]} ({judge}: {oct(x[1])} {x[4:]})")
         if x[2] != y[2]:
-            why = _free_difference(pip_root, tool_root, p, launchers)
+            why = _free_difference(pip_root, tool_root, p, launchers, judge)
             if why:
                 diffs.append(f"/{p}: {why}")
             else:
                 free.add(p)
     for rec in records:
         site = os.path.dirname(os.path.dirname(rec))
-        free_rel = {os.path.relpath(p, site) for p in free} | {os.path.dirname(rec).split("/")[-1] + "/INSTALLER"}
-        ra = record_rows((pip_root / rec).read_bytes(), free_rel)
-        rb = record_rows((tool_root / rec).read_bytes(), free_rel)
-        diffs += [f"/{rec}: row only in pip's: {r}" for r in sorted(ra - rb)]
+        dist = os.path.dirname(rec).split("/")[-1]
+        free_rel = {os.path.relpath(p, site) for p in free} | {dist + "/INSTALLER"}
+        drop = {f"{dist}/{name}" for name in OPTIONAL[judge]}
+        ra = {r for r in record_rows((pip_root / rec).read_bytes(), free_rel) if r[0] not in drop}
+        rb = {r for r in record_rows((tool_root / rec).read_bytes(), free_rel) if r[0] not in drop}
+        diffs += [f"/{rec}: row only in {judge}'s: {r}" for r in sorted(ra - rb)]
         diffs += [f"/{rec}: row only in runner-patch's: {r}" for r in sorted(rb - ra)]
         if a[rec] != b[rec]:  # a RECORD pip wrote (or left) the same is pip's own business
             diffs += check_record(tool_root, rec)
     return diffs
 
 
-def assert_same_tree(pip_root: Path, tool_root: Path, what: str) -> None:
-    diffs = compare(pip_root, tool_root)
-    assert not diffs, (f"{what}: runner-patch's tree differs from pip's in {len(diffs)} ways:\n  "
+def assert_same_tree(pip_root: Path, tool_root: Path, what: str, judge: str = "pip") -> None:
+    diffs = compare(pip_root, tool_root, judge)
+    assert not diffs, (f"{what}: runner-patch's tree differs from {judge}'s in {len(diffs)} ways:\n  "
                        + "\n  ".join(diffs[:SHOWN]))
 
 
