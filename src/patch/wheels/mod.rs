@@ -17,6 +17,7 @@ pub mod filename;
 pub mod install;
 pub mod lock;
 pub mod record;
+pub mod requirements;
 pub mod requires;
 pub mod spec;
 pub mod tags;
@@ -156,6 +157,17 @@ impl PatchKind for WheelsPatch {
     }
 
     fn decide(&self, tree: &dyn Tree) -> Verdict {
+        if let Some(r) = &self.spec.requirements {
+            if let Err(why) = r.for_platform(tree.config()) {
+                return Verdict::refused(why);
+            }
+            if self.spec.lock.is_none() {
+                return Verdict::refused(
+                    "requirement lines are resolved by uv per platform, which this build does not run yet"
+                        .to_owned(),
+                );
+            }
+        }
         let decider = decide::Decider {
             meta: &self.meta,
             spec: &self.spec,
@@ -197,6 +209,20 @@ impl PatchKind for WheelsPatch {
     fn describe(&self) -> Description {
         let mut lines = vec![("kind", "wheels".to_owned())];
         let mut packages = Vec::new();
+        if let Some(r) = &self.spec.requirements {
+            if let Some(f) = &r.file {
+                lines.push(("requirements", f.clone()));
+            }
+            for l in &r.lines {
+                lines.push(("requirement", l.text.clone()));
+            }
+            for u in self.spec.index.shown() {
+                lines.push(("index", u));
+            }
+            if self.spec.index.no_index {
+                lines.push(("index", "none (no-index)".to_owned()));
+            }
+        }
         if let Some((name, lock)) = &self.spec.lock {
             lines.push(("lock", name.clone()));
             for p in &lock.packages {
@@ -218,13 +244,24 @@ impl PatchKind for WheelsPatch {
         if let Some(i) = &self.spec.interpreter {
             lines.push(("interpreter", i.clone()));
         }
-        let fields = json!({
+        let requirements = self.spec.requirements.as_ref().map(|r| {
+            json!({
+                "file": r.file,
+                "lines": r.lines.iter().map(|l| &l.text).collect::<Vec<_>>(),
+                "index": self.spec.index.shown(),
+                "no_index": self.spec.index.no_index,
+            })
+        });
+        let mut fields = json!({
             "lock": self.spec.lock.as_ref().map(|(n, _)| n),
             "packages": packages,
             "remove": self.spec.remove,
             "target": self.spec.target.as_ref().map(|t| format!("/{t}")),
             "interpreter": self.spec.interpreter,
         });
+        if let (Some(r), Some(map)) = (requirements, fields.as_object_mut()) {
+            map.insert("requirements".to_owned(), r);
+        }
         Description {
             fields: fields.as_object().cloned().unwrap_or_default(),
             lines,
