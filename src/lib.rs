@@ -25,6 +25,7 @@ pub mod progress;
 pub mod provenance;
 pub mod push;
 pub mod registry;
+pub mod resolve;
 pub mod rewrite;
 pub mod rollback;
 pub mod scan;

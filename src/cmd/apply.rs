@@ -12,6 +12,7 @@ use runner_patch::digest_map::{DigestMap, Recorder};
 use runner_patch::patch::Outcome;
 use runner_patch::plan::Run;
 use runner_patch::registry::{Registry, Repo};
+use runner_patch::resolve::Resolver;
 use runner_patch::scan_cache::ScanCache;
 use runner_patch::select::{Request, Selection};
 use runner_patch::visible::Layers;
@@ -62,6 +63,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         scans: Arc::new(tokio::sync::Semaphore::new(a.jobs)),
         layers: Layers::new(ScanCache::at(a.no_cache, a.cache_dir.clone())),
         shared: Default::default(),
+        resolver: Arc::new(Resolver::new(g.bounds.limits().idle)),
     });
     let opts = Options {
         dry_run: mode.dry_run,

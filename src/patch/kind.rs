@@ -13,6 +13,7 @@ use crate::patch::dist::Input;
 use crate::patch::error::Error;
 use crate::patch::meta::Meta;
 use crate::patch::outcome::Outcome;
+use crate::patch::request::{Request, Resolution};
 use crate::patch::tree::{Layered, Tree};
 use crate::patch::verdict::{Checked, Verdict};
 
@@ -73,6 +74,18 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     fn inputs(&self) -> Vec<Input> {
         Vec::new()
     }
+    /// What this patch needs resolved for the platform `tree` shows before it can decide
+    /// (requirement lines: the resolver is run by the planner, not by the kind); `None` for
+    /// kinds that need nothing, `Err` a refusal of the platform.
+    fn request(&self, _tree: &dyn Tree) -> Option<Result<Request, String>> {
+        None
+    }
+    /// The patch as it stands for one platform once its [`PatchKind::request`] was answered
+    /// (`Err`: why the resolver could not answer, which the patch then refuses with).
+    fn resolved(&self, answer: Result<Resolution, String>) -> Patch {
+        let _ = answer;
+        unreachable_resolution(self.meta())
+    }
     /// The decision on what an image shows: the whole patch logic, pure over the tree.
     fn decide(&self, tree: &dyn Tree) -> Verdict;
     /// Whether applying the patch appends a layer (kinds that only edit the config do not).
@@ -104,6 +117,36 @@ pub trait PatchKind: Send + Sync + Debug + Any {
     }
     /// What `runner-patch patches` shows of this patch beyond the shared fields.
     fn describe(&self) -> Description;
+}
+
+/// A kind that makes no request is never handed an answer; should it be, the patch refuses.
+fn unreachable_resolution(meta: &Meta) -> Patch {
+    Patch::new(Refusing {
+        meta: meta.clone(),
+        why: format!("patch {} asks nothing to be resolved", meta.id),
+    })
+}
+
+/// A patch that refuses every platform with one reason.
+#[derive(Debug)]
+pub struct Refusing {
+    pub meta: Meta,
+    pub why: String,
+}
+
+impl PatchKind for Refusing {
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+    fn wanted(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn decide(&self, _tree: &dyn Tree) -> Verdict {
+        Verdict::refused(self.why.clone())
+    }
+    fn describe(&self) -> Description {
+        Description::default()
+    }
 }
 
 /// A loaded patch of any kind; cheap to clone (the kind is shared).

@@ -23,6 +23,7 @@ pub mod kind;
 pub mod kinds;
 pub mod meta;
 pub mod outcome;
+pub mod request;
 pub mod shapes;
 pub mod source;
 pub mod tree;
@@ -35,6 +36,7 @@ pub use kind::{Description, Patch, PatchKind};
 pub use kinds::{load, load_folder};
 pub use meta::Meta;
 pub use outcome::Outcome;
+pub use request::{DistChange, Request, Resolution};
 pub use tree::{Layered, Tree};
 pub use verdict::{About, Change, Checked, Opener, Seen, Streamed, Verdict};
 

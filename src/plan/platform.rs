@@ -107,6 +107,12 @@ pub(crate) async fn plan_platform(
         return Ok(p);
     }
     let mut tree = Visible::new(&descent, config_json);
+    let patches = resolved(run, tag, &tree).await;
+    let chosen = || {
+        patches
+            .iter()
+            .filter(|p| crate::tags::excludes(p, tag).is_none())
+    };
     let (reg, read) = (&run.reg, &run.layers);
     give_hashes(read, reg, repo, &layers, chosen(), &mut tree, &label).await?;
     let original = Original {
@@ -121,7 +127,7 @@ pub(crate) async fn plan_platform(
     };
     let mut stack = Stack::new(&original);
     let mut steps = Vec::new();
-    for patch in &run.patches {
+    for patch in &patches {
         steps.push(stack.decide(patch, &original, &mut tree)?);
     }
     let mut plan = platform_plan(platform, &original, steps, &stack);
@@ -129,6 +135,19 @@ pub(crate) async fn plan_platform(
     plan.bytes_scanned = descent.bytes_scanned;
     finish(&mut plan, &original, stack)?;
     Ok(plan)
+}
+
+/// The run's patches as they stand on this platform: requirement lines become a lock for it
+/// before anything is hashed or decided.
+async fn resolved(run: &Run, tag: &str, tree: &Visible<'_>) -> Vec<Patch> {
+    let mut patches = Vec::with_capacity(run.patches.len());
+    for p in &run.patches {
+        patches.push(match crate::tags::excludes(p, tag) {
+            Some(_) => p.clone(),
+            None => run.resolver.patch_for(p, tree).await,
+        });
+    }
+    patches
 }
 
 /// The platform's outcome and reason from its patches' steps.

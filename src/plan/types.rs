@@ -22,6 +22,8 @@ pub struct Run {
     pub scans: Arc<Semaphore>,
     pub layers: Layers,
     pub shared: Arc<crate::layer::Shared>,
+    /// uv, for patches that resolve requirement lines per platform.
+    pub resolver: Arc<crate::resolve::Resolver>,
 }
 
 /// Why an image could not be planned.

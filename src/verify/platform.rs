@@ -90,7 +90,11 @@ async fn seen(
     }
     let mut tree =
         Visible::new(&scanned, s.config.clone()).with_added(s.first_added..s.layers.len());
-    let expected = s.expected.iter().copied();
+    let mut resolved = Vec::with_capacity(s.expected.len());
+    for p in &s.expected {
+        resolved.push(s.checks.resolver.patch_for(p, &tree).await);
+    }
+    let expected = resolved.iter();
     let layers = &s.checks.layers;
     give_hashes(
         layers,
@@ -102,7 +106,7 @@ async fn seen(
         &check.platform,
     )
     .await?;
-    for p in &s.expected {
+    for p in &resolved {
         let Checked {
             problems: found,
             file,

@@ -34,6 +34,9 @@ pub struct Checks {
     pub requested: Vec<Patch>,
     pub known: Vec<Patch>,
     pub layers: Layers,
+    /// uv, for patches that resolve requirement lines: resolved again on the patched image,
+    /// they must find nothing left to do.
+    pub resolver: std::sync::Arc<crate::resolve::Resolver>,
 }
 
 impl Checks {

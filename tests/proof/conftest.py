@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from tests.proof import proofutil, releases
@@ -81,9 +83,21 @@ class ReqWorld:
 def req_world(wheels_world, tmp_path_factory):
     from tests.proof import pyindex, reqset
 
+    from tests.proof import uvjudge
+
     work = tmp_path_factory.mktemp("requirements")
-    with pyindex.Index(reqset.write(work / "index")) as index:
-        yield ReqWorld(wheels_world, work, index)
+    # The tool's uv is the judge's (pinned), and this machine's uv settings never apply.
+    saved = {k: os.environ.get(k) for k in ("RUNNER_PATCH_UV", "UV_NO_CONFIG")}
+    os.environ.update(RUNNER_PATCH_UV=str(uvjudge.uv()), UV_NO_CONFIG="1")
+    try:
+        with pyindex.Index(reqset.write(work / "index")) as index:
+            yield ReqWorld(wheels_world, work, index)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture()

@@ -27,8 +27,9 @@ pub mod wheel;
 
 use crate::patch::dist::{Dist, Input};
 use crate::patch::error::Error;
-use crate::patch::kind::{Description, Patch, PatchKind};
+use crate::patch::kind::{Description, Patch, PatchKind, Refusing};
 use crate::patch::meta::{self, Meta};
+use crate::patch::request::{Request, Resolution};
 use crate::patch::source::Source;
 use crate::patch::tree::{Layered, Tree};
 use crate::patch::verdict::{Checked, Verdict};
@@ -39,6 +40,8 @@ use spec::Spec;
 pub struct WheelsPatch {
     pub meta: Meta,
     pub spec: Spec,
+    /// For a `requirements` patch, what uv resolved on this platform (its lock is `spec.lock`).
+    pub resolution: Option<Resolution>,
 }
 
 /// Loads a `wheels` patch.toml and its lock.
@@ -61,10 +64,83 @@ pub fn load(src: &Source<'_>) -> Result<Patch, Error> {
         }
     }
     meta.definition_digest = src.definition_digest(&[&spec.lock_bytes]);
-    Ok(Patch::new(WheelsPatch { meta, spec }))
+    Ok(Patch::new(WheelsPatch {
+        meta,
+        spec,
+        resolution: None,
+    }))
 }
 
 impl WheelsPatch {
+    /// Where uv would install on this platform: `target`, else the dir holding `package`'s
+    /// distribution, else the one dir holding the most installed distributions.
+    fn resolution_site(&self, present: &[dists::Present]) -> Result<String, String> {
+        if let Some(t) = &self.spec.target {
+            return Ok(t.clone());
+        }
+        if let Some(p) = self.meta.package.as_deref().map(requires::normalize) {
+            if let Some(d) = present
+                .iter()
+                .find(|d| requires::normalize(&d.meta.name) == p)
+            {
+                return Ok(dists::site_of(&d.dist).to_owned());
+            }
+        }
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for d in present {
+            *counts.entry(dists::site_of(&d.dist)).or_default() += 1;
+        }
+        let most = counts.values().copied().max().unwrap_or(0);
+        let top: Vec<&str> = counts
+            .iter()
+            .filter(|(_, n)| **n == most)
+            .map(|(s, _)| *s)
+            .collect();
+        match top.as_slice() {
+            [one] => Ok((*one).to_owned()),
+            [] => Err(
+                "the image shows no installed distribution to resolve against: set `target` (the install dir) in patch.toml"
+                    .to_owned(),
+            ),
+            many => Err(format!(
+                "installed distributions lie in several install dirs as many times each (/{}): set `target` in patch.toml",
+                many.join(", /")
+            )),
+        }
+    }
+
+    /// The resolution request of a `requirements` patch on the platform `tree` shows.
+    fn make_request(
+        &self,
+        reqs: &requirements::Requirements,
+        tree: &dyn Tree,
+    ) -> Result<Request, String> {
+        let lines = reqs.for_platform(tree.config())?;
+        let present = dists::installed(tree);
+        let site = self.resolution_site(&present)?;
+        let t = target::detect(tree, &site, self.spec.interpreter.as_deref())?;
+        let glibc = t.glibc.ok_or_else(|| {
+            "the image's glibc could not be read from its libc.so.6: uv needs it to choose manylinux wheels".to_owned()
+        })?;
+        let installed = present
+            .iter()
+            .filter(|p| dists::site_of(&p.dist) == site)
+            .filter_map(|p| {
+                let name = p.dist.dir.rsplit('/').next()?.to_owned();
+                Some((name, p.dist.files.get("METADATA")?.to_vec()))
+            })
+            .collect();
+        Ok(Request {
+            lines,
+            index_args: self.spec.index.uv_args(),
+            python: t.python_full,
+            arch: t.arch,
+            glibc,
+            site,
+            installed,
+        })
+    }
+
     /// The dists the image shows at a locked version of a locked package.
     fn locked_dists(&self, tree: &dyn Tree) -> Vec<Dist> {
         let Some((_, lock)) = &self.spec.lock else {
@@ -156,26 +232,56 @@ impl PatchKind for WheelsPatch {
             .collect()
     }
 
+    fn request(&self, tree: &dyn Tree) -> Option<Result<Request, String>> {
+        let reqs = self.spec.requirements.as_ref()?;
+        Some(self.make_request(reqs, tree))
+    }
+
+    fn resolved(&self, answer: Result<Resolution, String>) -> Patch {
+        let refusing = |why: String| {
+            Patch::new(Refusing {
+                meta: self.meta.clone(),
+                why,
+            })
+        };
+        let res = match answer {
+            Ok(r) => r,
+            Err(why) => return refusing(why),
+        };
+        let lock = match lock::parse(&res.lock, "uv's resolution", std::path::Path::new("/")) {
+            Ok(l) => l,
+            Err(e) => return refusing(format!("uv's lock does not read: {e}")),
+        };
+        let mut spec = self.spec.clone();
+        spec.lock = Some(("uv's resolution".to_owned(), lock));
+        spec.target.get_or_insert_with(|| res.site.clone());
+        Patch::new(WheelsPatch {
+            meta: self.meta.clone(),
+            spec,
+            resolution: Some(res),
+        })
+    }
+
     fn decide(&self, tree: &dyn Tree) -> Verdict {
-        if let Some(r) = &self.spec.requirements {
-            if let Err(why) = r.for_platform(tree.config()) {
-                return Verdict::refused(why);
-            }
-            if self.spec.lock.is_none() {
-                return Verdict::refused(
-                    "requirement lines are resolved by uv per platform, which this build does not run yet"
-                        .to_owned(),
-                );
-            }
+        if self.spec.requirements.is_some() && self.resolution.is_none() {
+            return Verdict::refused(format!(
+                "patch {}'s requirement lines were not resolved for this platform",
+                self.meta.id
+            ));
         }
         let decider = decide::Decider {
             meta: &self.meta,
             spec: &self.spec,
         };
-        match decider.decide(tree) {
+        let mut v = match decider.decide(tree) {
             Ok(v) => v,
             Err(reason) => Verdict::refused(reason),
+        };
+        if let Some(r) = &self.resolution {
+            v.warnings
+                .extend(r.warnings.iter().map(|w| format!("uv: {w}")));
         }
+        v
     }
 
     /// Deciding again must find it already patched; a file that differs from its RECORD is

@@ -1,0 +1,304 @@
+//! Requirement lines resolved for one platform of an image, by uv (never by code of this
+//! tool): [`resolve`] is the one entry point. The image's installed distributions (their
+//! `METADATA`, as the distributions scan kept them) are laid out as a bare site directory and
+//! uv is asked, for the image's Python, architecture and glibc, what `uv pip install -r
+//! requirements.txt` would change there (`--dry-run --output-format json --target`): installed
+//! versions that satisfy are kept, the rest is uv's choice, wheels only. The distributions to
+//! install are then pinned (`uv pip compile --no-deps --format pylock.toml`), which gives each
+//! wheel's URL and sha256: a PEP 751 lock the `wheels` install path takes as it takes any.
+
+mod error;
+mod text;
+pub mod uv;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::patch::{DistChange, Patch, Request, Resolution, Tree};
+pub use error::Error;
+pub use text::redact_all;
+pub use uv::Uv;
+
+/// The resolver of a run: uv found and checked once, when the first patch asks, and each
+/// distinct request answered once (platforms and tags with the same environment and lines
+/// share the answer).
+#[derive(Debug)]
+pub struct Resolver {
+    idle: Duration,
+    uv: OnceCell<Result<Uv, Error>>,
+    answers: Mutex<HashMap<Request, Result<Resolution, Error>>>,
+    /// One fetch of resolved wheels at a time: platforms resolving to the same wheel share
+    /// its file, fetched once.
+    fetching: Mutex<()>,
+}
+
+impl Resolver {
+    /// `idle`: how long uv may wait on a silent index (the run's idle timeout).
+    pub fn new(idle: Duration) -> Self {
+        Resolver {
+            idle,
+            uv: OnceCell::new(),
+            answers: Mutex::default(),
+            fetching: Mutex::default(),
+        }
+    }
+
+    /// The answer to `req`, from uv or from an earlier identical request.
+    pub async fn answer(&self, req: &Request) -> Result<Resolution, Error> {
+        if let Some(a) = self.answers.lock().await.get(req) {
+            return a.clone();
+        }
+        let uv = self
+            .uv
+            .get_or_init(|| Uv::find(self.idle))
+            .await
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let answer = resolve(uv, req).await;
+        self.answers
+            .lock()
+            .await
+            .insert(req.clone(), answer.clone());
+        answer
+    }
+
+    /// `patch` as it stands on the platform `tree` shows: itself when it asks nothing
+    /// resolved; else resolved by uv, with the wheels it names fetched and checked (a failure
+    /// of either is the patch's refusal of the platform).
+    pub async fn patch_for(&self, patch: &Patch, tree: &(dyn Tree + Sync)) -> Patch {
+        let Some(request) = patch.kind().request(tree) else {
+            return patch.clone();
+        };
+        let answer = match request {
+            Ok(req) => self.answer(&req).await.map_err(|e| e.0),
+            Err(why) => Err(why),
+        };
+        let resolved = patch.kind().resolved(answer);
+        let _one = self.fetching.lock().await;
+        match crate::inputs::fetch_all(&resolved.kind().inputs()).await {
+            Ok(()) => resolved,
+            Err(e) => patch.kind().resolved(Err(redact_all(&e.to_string()))),
+        }
+    }
+}
+
+/// A lock with nothing to install: the image already satisfies the lines.
+const EMPTY_LOCK: &str = "lock-version = \"1.0\"\ncreated-by = \"uv\"\n";
+
+/// The dry run's JSON schema version this tool reads (uv marks it a preview).
+const SCHEMA: &str = "preview";
+
+fn io_error(what: &str, e: std::io::Error) -> Error {
+    Error(format!("cannot prepare uv's {what}: {e}"))
+}
+
+/// What `uv pip install -r` of `req.lines` would change on the platform `req` describes, and
+/// the lock of what it would install.
+pub async fn resolve(uv: &Uv, req: &Request) -> Result<Resolution, Error> {
+    let dir = tempfile::tempdir().map_err(|e| io_error("work directory", e))?;
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).map_err(|e| io_error("site directory", e))?;
+    for (info, metadata) in &req.installed {
+        if info.contains('/') || !info.ends_with(".dist-info") {
+            continue;
+        }
+        let d = site.join(info);
+        std::fs::create_dir_all(&d).map_err(|e| io_error("site directory", e))?;
+        std::fs::write(d.join("METADATA"), metadata).map_err(|e| io_error("METADATA", e))?;
+    }
+    let reqs = dir.path().join("requirements.txt");
+    std::fs::write(&reqs, lines(&req.lines)).map_err(|e| io_error("requirements", e))?;
+    let mut common = vec![
+        "--python-platform".to_owned(),
+        format!("{}-manylinux_{}_{}", req.arch, req.glibc.0, req.glibc.1),
+        "--python-version".to_owned(),
+        req.python.clone(),
+        "--no-python-downloads".to_owned(),
+        "--only-binary".to_owned(),
+        ":all:".to_owned(),
+    ];
+    common.extend(req.index_args.iter().cloned());
+
+    let mut args: Vec<String> = ["pip", "install", "--dry-run", "--output-format", "json"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(["--target".to_owned(), site.display().to_string()]);
+    args.extend(common.iter().cloned());
+    args.extend(["-r".to_owned(), reqs.display().to_string()]);
+    let dry = uv.run(&args, Some(dir.path())).await?;
+    if !dry.ok {
+        return Err(Error(format!("uv: {}", text::one_line(&dry.stderr))));
+    }
+    let changes = changes(&dry.stdout)?;
+    let mut warnings = warnings(&dry.stderr);
+    let installs: Vec<(&str, &str)> = changes
+        .iter()
+        .filter_map(|c| Some((c.name.as_str(), c.to.as_deref()?)))
+        .collect();
+    if installs.is_empty() {
+        return Ok(Resolution {
+            lock: EMPTY_LOCK.to_owned(),
+            changes,
+            warnings,
+            site: req.site.clone(),
+        });
+    }
+    let (lock, more) = lock_of(uv, dir.path(), &installs, &req.lines, common).await?;
+    warnings.extend(more);
+    warnings.dedup();
+    Ok(Resolution {
+        lock: with_credentials(&lock, &req.index_args),
+        changes,
+        warnings,
+        site: req.site.clone(),
+    })
+}
+
+/// The PEP 751 lock of the distributions to install, pinned (`uv pip compile --no-deps`),
+/// and uv's warnings.
+async fn lock_of(
+    uv: &Uv,
+    dir: &std::path::Path,
+    installs: &[(&str, &str)],
+    req_lines: &[String],
+    common: Vec<String>,
+) -> Result<(String, Vec<String>), Error> {
+    let pins = dir.join("pins.txt");
+    let pinned: Vec<String> = installs
+        .iter()
+        .map(|(name, version)| pin(name, version, req_lines))
+        .collect();
+    std::fs::write(&pins, lines(&pinned)).map_err(|e| io_error("pins", e))?;
+    let mut args: Vec<String> = [
+        "pip",
+        "compile",
+        "--no-deps",
+        "--format",
+        "pylock.toml",
+        "--no-header",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(common);
+    args.push(pins.display().to_string());
+    let compiled = uv.run(&args, Some(dir)).await?;
+    if !compiled.ok {
+        return Err(Error(format!(
+            "uv could not lock what it resolved: {}",
+            text::one_line(&compiled.stderr)
+        )));
+    }
+    Ok((compiled.stdout, warnings(&compiled.stderr)))
+}
+
+fn lines(items: &[String]) -> String {
+    items.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The pin of one resolved distribution: the line itself where it names the wheel by URL,
+/// else `name==version`.
+fn pin(name: &str, version: &str, lines: &[String]) -> String {
+    let norm = crate::patch::wheels::requires::normalize;
+    let by_url = lines.iter().find(|l| {
+        l.split_once('@').is_some_and(|(head, _)| {
+            let n = head.split(['[', ';', ' ']).next().unwrap_or("");
+            norm(n) == norm(name)
+        })
+    });
+    match by_url {
+        Some(l) => l.clone(),
+        None => format!("{name}=={version}"),
+    }
+}
+
+/// The dry run's changes by name: (name, version uninstalled, version installed).
+fn changes(json: &str) -> Result<Vec<DistChange>, Error> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+        Error(format!(
+            "uv's dry run printed no JSON this tool reads ({e})"
+        ))
+    })?;
+    let schema = v
+        .pointer("/schema/version")
+        .and_then(|s| s.as_str())
+        .unwrap_or("");
+    if schema != SCHEMA {
+        return Err(Error(format!(
+            "uv's dry-run JSON schema is {schema:?}, this tool reads {SCHEMA:?}: use the uv version it was built for"
+        )));
+    }
+    let mut by: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
+    for c in v
+        .get("changes")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let field = |k: &str| c.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+        let (Some(name), Some(version), Some(action)) =
+            (field("name"), field("version"), field("action"))
+        else {
+            return Err(Error(format!(
+                "uv's dry run names a change without name, version or action: {c}"
+            )));
+        };
+        let entry = by.entry(name).or_default();
+        match action.as_str() {
+            "installed" => entry.1 = Some(version),
+            "uninstalled" => entry.0 = Some(version),
+            other => {
+                return Err(Error(format!(
+                    "uv's dry run names an action this tool does not know: {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(by
+        .into_iter()
+        .map(|(name, (from, to))| DistChange { name, from, to })
+        .collect())
+}
+
+/// uv's `warning:` lines, credentials redacted.
+fn warnings(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("warning:"))
+        .map(|w| redact_all(w.trim()))
+        .collect()
+}
+
+/// The lock's wheel URLs on a host whose index option carries credentials, with them (uv
+/// leaves them out of what it writes; the fetch needs them). The lock stays in memory: what
+/// is recorded or shown of it goes through [`redact_all`].
+fn with_credentials(lock: &str, index_args: &[String]) -> String {
+    let mut out = lock.to_owned();
+    for arg in index_args {
+        let Ok(url) = reqwest::Url::parse(arg) else {
+            continue;
+        };
+        if url.username().is_empty() {
+            continue;
+        }
+        let Some(host) = url.host_str() else { continue };
+        let hostport = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        let userinfo = match url.password() {
+            Some(p) => format!("{}:{p}", url.username()),
+            None => url.username().to_owned(),
+        };
+        let scheme = url.scheme();
+        out = out.replace(
+            &format!("\"{scheme}://{hostport}/"),
+            &format!("\"{scheme}://{userinfo}@{hostport}/"),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
