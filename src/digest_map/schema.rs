@@ -101,6 +101,10 @@ pub struct PatchRecord {
     /// The layer it appended (none for `env` patches, which edit the config only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<PatchLayer>,
+    /// The wheels it installed (a `wheels` patch): name, version, wheel file, sha256, URL
+    /// without credentials; left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub installed: Vec<crate::patch::InstalledWheel>,
 }
 
 /// A layer one patch appended.

@@ -18,6 +18,20 @@ pub struct Dist {
     pub files: BTreeMap<String, Arc<Vec<u8>>>,
 }
 
+/// One wheel a patch installed on a platform, for the digest map and the provenance statement:
+/// the distribution, the wheel file and its sha256, and where it came from (credentials never
+/// kept).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InstalledWheel {
+    pub name: String,
+    pub version: String,
+    pub wheel: String,
+    /// Hex.
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
 /// A file fetched from outside before any image is read (a lock's wheel by URL): it is used
 /// only once its sha256 is the one named, and kept at `dest` for the run.
 #[derive(Debug, Clone, PartialEq, Eq)]

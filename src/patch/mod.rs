@@ -30,7 +30,7 @@ pub mod tree;
 pub mod verdict;
 pub mod wheels;
 
-pub use dist::{Dist, Input};
+pub use dist::{Dist, Input, InstalledWheel};
 pub use error::{Error, ErrorKind};
 pub use kind::{Description, Patch, PatchKind};
 pub use kinds::{load, load_folder};

@@ -97,6 +97,8 @@ pub struct Verdict {
     /// What the change may break without being refused (installed distributions whose
     /// requirements a downgrade no longer meets), for the summary and the digest map.
     pub warnings: Vec<String>,
+    /// The wheels the change installs, for the digest map and provenance.
+    pub installed: Vec<crate::patch::dist::InstalledWheel>,
 }
 
 impl Verdict {
@@ -109,6 +111,7 @@ impl Verdict {
             changes: Vec::new(),
             config: None,
             warnings: Vec::new(),
+            installed: Vec::new(),
         }
     }
 

@@ -257,6 +257,7 @@ impl Stack {
             layer: None,
             files: Vec::new(),
             warnings: Vec::new(),
+            installed: Vec::new(),
         };
         if let Some(why) = crate::tags::excludes(patch, &original.tag) {
             step.reason = why;
@@ -275,6 +276,7 @@ impl Stack {
         step.outcome = verdict.outcome;
         step.reason = verdict.reason.clone();
         step.warnings = verdict.warnings.clone();
+        step.installed = verdict.installed.clone();
         if verdict.outcome == Outcome::Patched {
             self.apply(patch, verdict, original, tree, &mut step)?;
         }

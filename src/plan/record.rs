@@ -118,6 +118,7 @@ fn platform_record(pl: &PlatformPlan) -> PlatformRecord {
                     .layer
                     .and_then(|i| pl.new.as_ref().and_then(|n| n.layers.get(i)))
                     .map(patch_layer),
+                installed: s.installed.clone(),
             })
             .collect(),
     }

@@ -91,6 +91,8 @@ pub struct PatchStep {
     pub files: Vec<FileChange>,
     /// What the patch may break without being refused (`Verdict::warnings`).
     pub warnings: Vec<String>,
+    /// The wheels it installed (`Verdict::installed`).
+    pub installed: Vec<crate::patch::InstalledWheel>,
 }
 
 /// One platform of an image.

@@ -145,6 +145,18 @@ fn materials(
         }));
     }
     byproducts.push(json!({"name": "config", "digest": {"sha256": hex(&new.config_digest)}}));
+    // The wheels a patch installed are what the new layer was built from.
+    for w in applied.iter().flat_map(|s| &s.installed) {
+        let mut dep = json!({
+            "name": format!("{}=={}", w.name, w.version),
+            "digest": {"sha256": w.sha256},
+            "annotations": {"wheel": w.wheel},
+        });
+        if let Some(u) = &w.url {
+            dep["uri"] = Value::String(u.clone());
+        }
+        deps.push(dep);
+    }
     for f in applied.iter().flat_map(|s| &s.files) {
         if let Some(before) = &f.before {
             if !deps.iter().any(|d| d["name"] == f.path.as_str()) {

@@ -80,6 +80,7 @@ fn plan() -> (ImagePlan, crate::patch::Meta) {
                 after: Some(format!("sha256:{}", "2".repeat(64))),
             }],
             warnings: Vec::new(),
+            installed: Vec::new(),
         }],
         recorded_original: None,
     };

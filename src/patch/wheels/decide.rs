@@ -15,7 +15,7 @@ use super::spec::Spec;
 use super::target::{self, Target};
 use super::uninstall::{self, Context};
 use super::{filename, tags, wheel};
-use crate::patch::dist::Dist;
+use crate::patch::dist::{Dist, InstalledWheel};
 use crate::patch::meta::Meta;
 use crate::patch::tree::Tree;
 use crate::patch::verdict::{About, Change, Verdict};
@@ -308,6 +308,17 @@ impl Decider<'_> {
         }
         let mut v = Verdict::patched(changes, None, notes);
         v.warnings = requires::broken(&new, &before, &after, &t);
+        v.installed = todo
+            .iter()
+            .zip(&new)
+            .map(|(c, m)| InstalledWheel {
+                name: m.name.clone(),
+                version: m.version.clone(),
+                wheel: c.wheel.filename.clone(),
+                sha256: c.wheel.sha256.clone(),
+                url: c.wheel.url.as_deref().map(super::spec::redact),
+            })
+            .collect();
         Ok(v)
     }
 

@@ -280,6 +280,17 @@ impl PatchKind for WheelsPatch {
         if let Some(r) = &self.resolution {
             v.warnings
                 .extend(r.warnings.iter().map(|w| format!("uv: {w}")));
+            if v.outcome == crate::patch::outcome::Outcome::AlreadyPatched {
+                v.reason = format!(
+                    "uv finds the requirement lines of patch {} met by the image{}",
+                    self.meta.id,
+                    if self.spec.remove.is_empty() {
+                        ""
+                    } else {
+                        ", and every removed distribution is gone"
+                    }
+                );
+            }
         }
         v
     }
