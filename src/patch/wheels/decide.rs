@@ -308,17 +308,7 @@ impl Decider<'_> {
         }
         let mut v = Verdict::patched(changes, None, notes);
         v.warnings = requires::broken(&new, &before, &after, &t);
-        v.installed = todo
-            .iter()
-            .zip(&new)
-            .map(|(c, m)| InstalledWheel {
-                name: m.name.clone(),
-                version: m.version.clone(),
-                wheel: c.wheel.filename.clone(),
-                sha256: c.wheel.sha256.clone(),
-                url: c.wheel.url.as_deref().map(super::spec::redact),
-            })
-            .collect();
+        v.installed = installed_wheels(todo, &new);
         Ok(v)
     }
 
@@ -344,4 +334,19 @@ impl Decider<'_> {
         let i = install::install(&w, &c.target, self.meta.mtime_secs)?;
         Ok((i, meta, note))
     }
+}
+
+/// What the map and the statement say was installed: each chosen wheel with the name and
+/// version its METADATA gives, its URL without credentials.
+fn installed_wheels(todo: &[Chosen<'_>], new: &[Metadata]) -> Vec<InstalledWheel> {
+    todo.iter()
+        .zip(new)
+        .map(|(c, m)| InstalledWheel {
+            name: m.name.clone(),
+            version: m.version.clone(),
+            wheel: c.wheel.filename.clone(),
+            sha256: c.wheel.sha256.clone(),
+            url: c.wheel.url.as_deref().map(super::spec::redact),
+        })
+        .collect()
 }
