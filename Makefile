@@ -68,7 +68,9 @@ test-proof: build
 test-proof-wheels: build
 	RUNNER_PATCH_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q tests/proof/test_wheels_harness.py \
 		tests/proof/test_wheels_pip.py tests/proof/test_wheels_refusals.py \
-		tests/proof/test_wheels_lifecycle.py tests/proof/test_wheels_locks.py
+		tests/proof/test_wheels_lifecycle.py tests/proof/test_wheels_locks.py \
+		tests/proof/test_requirements_harness.py tests/proof/test_requirements_route.py \
+		tests/proof/test_requirements_refusals.py
 
 verify-engine: build
 	bash tests/proof/verify_engine.sh
