@@ -34,15 +34,24 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// `RUNNER_PATCH_UV`, else the first `uv` on `PATH`.
-fn locate() -> Option<PathBuf> {
+/// `RUNNER_PATCH_UV` (which must name a file), else the first `uv` on `PATH`.
+fn locate() -> Result<Option<PathBuf>, Error> {
     if let Some(p) = std::env::var_os("RUNNER_PATCH_UV").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            return Err(Error(format!(
+                "RUNNER_PATCH_UV names {}, which is not a file",
+                p.display()
+            )));
+        }
+        return Ok(Some(p));
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    let Some(path) = std::env::var_os("PATH") else {
+        return Ok(None);
+    };
+    Ok(std::env::split_paths(&path)
         .map(|d| d.join("uv"))
-        .find(|p| p.is_file())
+        .find(|p| p.is_file()))
 }
 
 /// "uv 0.13.9 (...)" -> (0, 13, 9).
@@ -60,7 +69,7 @@ impl Uv {
     /// Finds uv and checks its version; `idle` bounds each of its HTTP waits.
     pub async fn find(idle: Duration) -> Result<Uv, Error> {
         let (a, b, c) = MIN_VERSION;
-        let Some(path) = locate() else {
+        let Some(path) = locate()? else {
             return Err(Error(format!(
                 "uv is not installed: requirement lines are resolved by uv >= {a}.{b}.{c}; put it on PATH or name it in RUNNER_PATCH_UV"
             )));

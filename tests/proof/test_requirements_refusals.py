@@ -104,3 +104,24 @@ def test_an_index_behind_basic_credentials(req_world, image, tmp_path):
         # The patch as shown names the index without its credentials.
         shown = wheelrun.tool("patches", "--patch", str(f), "--json")
         assert token not in shown.stdout + shown.stderr
+
+
+@pytest.mark.parametrize("case,script,words", [
+    ("no uv", None, ("uv is not installed", "RUNNER_PATCH_UV")),
+    ("not a file", None, ("RUNNER_PATCH_UV names", "not a file")),
+    ("too old", "#!/bin/sh\necho 'uv 0.12.3 (x86_64-unknown-linux-gnu)'\n", ("uv 0.12.3", ">= 0.13.8")),
+])
+def test_no_uv_or_one_too_old(req_world, image, index, tmp_path, monkeypatch, case, script, words):
+    fake = tmp_path / "uv"
+    if script:
+        fake.write_text(script)
+        fake.chmod(0o755)
+    if case == "no uv":
+        import shutil
+        if shutil.which("uv"):
+            pytest.skip("a uv is on PATH here: the tool would find it")
+        monkeypatch.delenv("RUNNER_PATCH_UV")
+    else:
+        monkeypatch.setenv("RUNNER_PATCH_UV", str(fake))
+    f = folder(tmp_path / "f", "req-no-uv", ["tree-top"], index_url=index.url)
+    refused(req_world, image, tmp_path, f, (1,), *words)

@@ -135,6 +135,24 @@ def test_apply_gives_each_platform_what_uv_gives(req_world, route, index, tmp_pa
                        ("cuda-shim-cu12", "1.0"), ("fastext", "1.1")}, step
         assert all(re.fullmatch(r"[0-9a-f]{64}", w["sha256"]) and w["wheel"].endswith(".whl")
                    for w in step["installed"])
+    # Each platform's provenance statement names the wheels among what the layer was built from.
+    statements = [json.loads(p.read_bytes()) for p in (world.registry_dir / "storage").rglob("data")
+                  if p.is_file() and p.stat().st_size < 1 << 20 and b"in-toto" in p.read_bytes()[:200]]
+    named = {}
+    for st in statements:
+        if "in-toto.io/Statement" not in str(st.get("_type")):
+            continue  # an artifact manifest, not the statement it carries
+        if st["subject"][0].get("digest", {}).get("sha256") not in {
+                c.split(":")[1] for c in (p["patched_digest"] for p in rec["platforms"])}:
+            continue
+        for dep in st["predicate"]["buildDefinition"]["resolvedDependencies"]:
+            if "wheel" in dep.get("annotations", {}):
+                named.setdefault(st["subject"][0]["annotations"]["platform"], set()).add(
+                    (dep["name"], dep["digest"]["sha256"]))
+    for plat in rec["platforms"]:
+        (step,) = plat["patches"]
+        assert named.get(plat["platform"]) == {(f"{w['name']}=={w['version']}", w["sha256"])
+                                               for w in step["installed"]}, named
 
 
 def test_rerun_is_already_patched_verify_passes_rollback_restores(req_world, route, index):
