@@ -140,28 +140,45 @@ fn invalid(src: &Source<'_>, at: usize, message: &str) -> Error {
     at_line(src.origin, src.text, at, message)
 }
 
-/// Reads the lock named at `at` from the patch folder.
-fn read_lock(src: &Source<'_>, at: usize, name: &str) -> Result<(Vec<u8>, Lock), Error> {
+/// The file `name` (the value of patch.toml's `field`, at `at`) in the patch folder: its path
+/// and its text.
+fn folder_file(
+    src: &Source<'_>,
+    at: usize,
+    field: &str,
+    name: &str,
+) -> Result<(std::path::PathBuf, String), Error> {
     if name.is_empty() || name.contains('/') || name.contains('\\') || name == ".." {
         return Err(invalid(
             src,
             at,
-            &format!("lock {name:?} must name a file in the patch folder"),
+            &format!("{field} {name:?} must name a file in the patch folder"),
         ));
     }
     let Some(folder) = src.folder else {
-        return Err(invalid(src, at, "a built-in patch cannot carry a lock"));
+        return Err(invalid(
+            src,
+            at,
+            &format!("a built-in patch cannot carry a {field} file"),
+        ));
     };
     let path = folder.join(name);
     let bytes = std::fs::read(&path).map_err(|e| {
         let err = invalid(src, at, &format!("cannot read {}: {e}", path.display()));
         Error::new(ErrorKind::Io, err.to_string())
     })?;
-    let text = std::str::from_utf8(&bytes)
+    let text = String::from_utf8(bytes)
         .map_err(|_| invalid(src, at, &format!("{} is not UTF-8 text", path.display())))?;
-    let lock = lock::parse(text, &path.display().to_string(), folder)
+    Ok((path, text))
+}
+
+/// Reads the lock named at `at` from the patch folder.
+fn read_lock(src: &Source<'_>, at: usize, name: &str) -> Result<(Vec<u8>, Lock), Error> {
+    let (path, text) = folder_file(src, at, "lock", name)?;
+    let folder = path.parent().unwrap_or(std::path::Path::new("."));
+    let lock = lock::parse(&text, &path.display().to_string(), folder)
         .map_err(|e| Error::new(ErrorKind::Invalid, e.to_string()))?;
-    Ok((bytes, lock))
+    Ok((text.into_bytes(), lock))
 }
 
 /// The requirement lines: a list in patch.toml, or the name of a requirements file in the
@@ -189,31 +206,11 @@ fn read_requirements(
             Ok((Vec::new(), Requirements { file: None, lines }))
         }
         toml::Value::String(name) => {
-            if name.is_empty() || name.contains('/') || name.contains('\\') || name == ".." {
-                return Err(invalid(
-                    src,
-                    at,
-                    &format!("requirements {name:?} must name a file in the patch folder"),
-                ));
-            }
-            let Some(folder) = src.folder else {
-                return Err(invalid(
-                    src,
-                    at,
-                    "a built-in patch cannot carry a requirements file",
-                ));
-            };
-            let path = folder.join(name);
-            let bytes = std::fs::read(&path).map_err(|e| {
-                let err = invalid(src, at, &format!("cannot read {}: {e}", path.display()));
-                Error::new(ErrorKind::Io, err.to_string())
-            })?;
-            let text = std::str::from_utf8(&bytes)
-                .map_err(|_| invalid(src, at, &format!("{} is not UTF-8 text", path.display())))?;
+            let (path, text) = folder_file(src, at, "requirements", name)?;
             let lines =
-                requirements::parse_file(text, &path.display().to_string()).map_err(fail)?;
+                requirements::parse_file(&text, &path.display().to_string()).map_err(fail)?;
             Ok((
-                bytes,
+                text.into_bytes(),
                 Requirements {
                     file: Some(name.clone()),
                     lines,
