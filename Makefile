@@ -70,7 +70,7 @@ test-proof-wheels: build
 		tests/proof/test_wheels_pip.py tests/proof/test_wheels_refusals.py \
 		tests/proof/test_wheels_lifecycle.py tests/proof/test_wheels_locks.py \
 		tests/proof/test_requirements_harness.py tests/proof/test_requirements_route.py \
-		tests/proof/test_requirements_refusals.py
+		tests/proof/test_requirements_refusals.py tests/proof/test_requirements_lock.py
 
 verify-engine: build
 	bash tests/proof/verify_engine.sh

@@ -77,6 +77,10 @@ pub enum Command {
     /// Show what apply would do to each tag and platform; push nothing.
     #[command(after_help = include_str!("help/plan.txt").trim_end())]
     Plan(PlanArgs),
+    /// Resolve a requirements patch for every selected tag and platform and write its PEP 751
+    /// lock files into the patch folder; push nothing.
+    #[command(after_help = include_str!("help/lock.txt").trim_end())]
+    Lock(LockArgs),
     /// Check patched images independently of how they were made (exit 1 on any difference).
     #[command(after_help = include_str!("help/verify.txt").trim_end())]
     Verify(VerifyArgs),
@@ -200,10 +204,23 @@ pub struct ApplyArgs {
     /// Also write each provenance statement (and its predicate alone) here, for signing.
     #[arg(long, value_name = "DIR")]
     pub provenance_dir: Option<PathBuf>,
+    /// Requirements patches install only what their lock files say (`runner-patch lock`): no
+    /// index is asked to resolve; a platform without a lock made for its environment is refused.
+    #[arg(long)]
+    pub locked: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
+    #[command(flatten)]
+    pub images: ImageArgs,
+    /// As for apply: only the requirements patches' lock files, no resolution.
+    #[arg(long)]
+    pub locked: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
     #[command(flatten)]
     pub images: ImageArgs,
 }

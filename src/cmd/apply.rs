@@ -12,7 +12,7 @@ use runner_patch::digest_map::{DigestMap, Recorder};
 use runner_patch::patch::Outcome;
 use runner_patch::plan::Run;
 use runner_patch::registry::{Registry, Repo};
-use runner_patch::resolve::Resolver;
+use runner_patch::resolve::{Mode as ResolveMode, Resolver};
 use runner_patch::scan_cache::ScanCache;
 use runner_patch::select::{Request, Selection};
 use runner_patch::visible::Layers;
@@ -24,11 +24,24 @@ pub struct Mode<'a> {
     pub digest_map: Option<&'a std::path::Path>,
     /// Where each provenance statement is also written.
     pub provenance_dir: Option<&'a std::path::Path>,
+    /// Where requirements patches' answers come from.
+    pub resolve: ResolveMode,
+    /// Print the summary (or the JSON map); `lock` prints its own.
+    pub report: bool,
+}
+
+/// `--locked`: lock files only; else a matching lock file, or uv.
+pub fn resolve_mode(locked: bool) -> ResolveMode {
+    if locked {
+        ResolveMode::Locked
+    } else {
+        ResolveMode::Auto
+    }
 }
 
 /// `apply` and `plan`: select the tags (checked before anything else), plan every one, then
-/// push (unless a dry run) and report.
-pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
+/// push (unless a dry run) and report; the run's resolver is returned for `lock`.
+pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<(Status, Arc<Resolver>)> {
     let selection = Selection::new(&Request {
         backend: a.backend.map(Backend::prefix),
         tags: &a.tags,
@@ -63,7 +76,7 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         scans: Arc::new(tokio::sync::Semaphore::new(a.jobs)),
         layers: Layers::new(ScanCache::at(a.no_cache, a.cache_dir.clone())),
         shared: Default::default(),
-        resolver: Arc::new(Resolver::new(g.bounds.limits().idle)),
+        resolver: Arc::new(Resolver::new(g.bounds.limits().idle, mode.resolve)),
     });
     let opts = Options {
         dry_run: mode.dry_run,
@@ -71,12 +84,14 @@ pub fn run(g: &Global, a: &ImageArgs, mode: Mode<'_>) -> Result<Status> {
         provenance: !a.no_provenance,
     };
     let recorder = recorder.as_ref();
-    super::common::runtime()?.block_on(async {
+    let resolver = run.resolver.clone();
+    let status = super::common::runtime()?.block_on(async {
         let selected = selection.resolve(&run.reg, &source, &run.patches).await?;
         let jobs = selection.jobs(selected, &source, &target);
         let finished = apply_all(run, jobs, opts, recorder, a.jobs).await;
         report(&source, finished, a, &mode, recorder, &map_patch)
-    })
+    })?;
+    Ok((status, resolver))
 }
 
 /// Prints what each image came to (after the map is complete on disk, so a reader that goes
@@ -120,6 +135,9 @@ fn report(
         tracing::info!("dry run: nothing pushed, no digest map written");
     }
     let map = DigestMap::new(map_patch, records);
+    if !mode.report {
+        return Ok(status);
+    }
     crate::summary::apply(&map, mode.dry_run, &errors);
     if a.json {
         crate::output::print(&serde_json::to_string_pretty(&map)?)?;

@@ -9,6 +9,7 @@ use common::Status;
 pub mod apply;
 mod common;
 pub mod join;
+pub mod lock;
 pub mod patch_dir;
 pub mod patch_file;
 pub mod patches;
@@ -27,8 +28,11 @@ pub fn run(cli: Cli) -> ExitCode {
                 force: a.force,
                 digest_map: Some(&a.digest_map),
                 provenance_dir: a.provenance_dir.as_deref(),
+                resolve: apply::resolve_mode(a.locked),
+                report: true,
             },
-        ),
+        )
+        .map(|(status, _)| status),
         Command::Plan(a) => apply::run(
             &cli.global,
             &a.images,
@@ -37,8 +41,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 force: false,
                 digest_map: None,
                 provenance_dir: None,
+                resolve: apply::resolve_mode(a.locked),
+                report: true,
             },
-        ),
+        )
+        .map(|(status, _)| status),
+        Command::Lock(a) => lock::run(&cli.global, a),
         Command::Verify(a) => verify::run(&cli.global, a),
         Command::Rollback(a) => rollback::run(&cli.global, a),
         Command::Join(a) => join::run(&cli.global, a),

@@ -16,7 +16,10 @@ pub fn run(g: &Global, a: &VerifyArgs) -> Result<Status> {
         requested: super::common::load_patches(g)?,
         known: runner_patch::patch::catalogue::catalogue(g.patches_dir.as_deref())?,
         layers: Default::default(),
-        resolver: std::sync::Arc::new(runner_patch::resolve::Resolver::new(g.bounds.limits().idle)),
+        resolver: std::sync::Arc::new(runner_patch::resolve::Resolver::new(
+            g.bounds.limits().idle,
+            runner_patch::resolve::Mode::Auto,
+        )),
     };
     if a.references.is_empty() && a.digest_map.is_none() {
         bail!("give references to check, or --digest-map PATH");

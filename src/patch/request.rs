@@ -7,6 +7,11 @@
 /// container.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Request {
+    /// The patch's id.
+    pub patch: String,
+    /// The patch folder, where its lock files (`runner-patch lock`) lie; `None` for a
+    /// built-in patch.
+    pub folder: Option<std::path::PathBuf>,
     /// Requirement lines, expanded.
     pub lines: Vec<String>,
     /// uv's index options (credentials included: only uv sees them).
@@ -35,6 +40,9 @@ pub struct Resolution {
     pub warnings: Vec<String>,
     /// The install dir it was resolved for (the request's), relative to `/`.
     pub site: String,
+    /// Where the answer came from, for people: `resolved by uv 0.13.9`, or
+    /// `from pylock.x86-64-py311.toml`.
+    pub source: String,
 }
 
 /// One distribution the resolver changes: installed (`from` None), upgraded or downgraded

@@ -107,7 +107,8 @@ pub(crate) async fn plan_platform(
         return Ok(p);
     }
     let mut tree = Visible::new(&descent, config_json);
-    let patches = resolved(run, tag, &tree).await;
+    let asker = format!("{repo}:{tag} {platform}");
+    let patches = resolved(run, tag, &asker, &tree).await;
     let chosen = || {
         patches
             .iter()
@@ -139,12 +140,12 @@ pub(crate) async fn plan_platform(
 
 /// The run's patches as they stand on this platform: requirement lines become a lock for it
 /// before anything is hashed or decided.
-async fn resolved(run: &Run, tag: &str, tree: &Visible<'_>) -> Vec<Patch> {
+async fn resolved(run: &Run, tag: &str, label: &str, tree: &Visible<'_>) -> Vec<Patch> {
     let mut patches = Vec::with_capacity(run.patches.len());
     for p in &run.patches {
         patches.push(match crate::tags::excludes(p, tag) {
             Some(_) => p.clone(),
-            None => run.resolver.patch_for(p, tree).await,
+            None => run.resolver.patch_for(p, tree, label).await,
         });
     }
     patches

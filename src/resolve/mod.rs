@@ -8,6 +8,7 @@
 //! wheel's URL and sha256: a PEP 751 lock the `wheels` install path takes as it takes any.
 
 mod error;
+pub mod locks;
 mod text;
 pub mod uv;
 
@@ -21,14 +22,37 @@ pub use error::Error;
 pub use text::redact_all;
 pub use uv::Uv;
 
-/// The resolver of a run: uv found and checked once, when the first patch asks, and each
-/// distinct request answered once (platforms and tags with the same environment and lines
-/// share the answer).
+/// Where a run's answers may come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A lock file of the patch folder made for the platform's environment, else uv.
+    Auto,
+    /// Only a lock file of the patch folder (`--locked`): no index is asked to resolve.
+    Locked,
+    /// Always uv, whatever lock files lie there (`runner-patch lock`).
+    Fresh,
+}
+
+/// One answer of a run, kept for `runner-patch lock`: which image and platform asked, what,
+/// and what came back.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub label: String,
+    pub request: Request,
+    pub answer: Result<Resolution, Error>,
+}
+
+/// The resolver of a run: uv found and checked once, when the first patch asks, each distinct
+/// request answered once (platforms and tags with the same environment and lines share the
+/// answer), a patch folder's lock files read once; every answer kept for `lock`.
 #[derive(Debug)]
 pub struct Resolver {
     idle: Duration,
+    mode: Mode,
     uv: OnceCell<Result<Uv, Error>>,
     answers: Mutex<HashMap<Request, Result<Resolution, Error>>>,
+    folders: Mutex<HashMap<std::path::PathBuf, Result<Vec<locks::FolderLock>, Error>>>,
+    asked: Mutex<Vec<Asked>>,
     /// One fetch of resolved wheels at a time: platforms resolving to the same wheel share
     /// its file, fetched once.
     fetching: Mutex<()>,
@@ -36,17 +60,108 @@ pub struct Resolver {
 
 impl Resolver {
     /// `idle`: how long uv may wait on a silent index (the run's idle timeout).
-    pub fn new(idle: Duration) -> Self {
+    pub fn new(idle: Duration, mode: Mode) -> Self {
         Resolver {
             idle,
+            mode,
             uv: OnceCell::new(),
             answers: Mutex::default(),
+            folders: Mutex::default(),
+            asked: Mutex::default(),
             fetching: Mutex::default(),
         }
     }
 
-    /// The answer to `req`, from uv or from an earlier identical request.
-    pub async fn answer(&self, req: &Request) -> Result<Resolution, Error> {
+    /// Every answer given, in order, once the run is over (while answers are still being
+    /// given, none).
+    pub fn asked(&self) -> Vec<Asked> {
+        self.asked
+            .try_lock()
+            .map(|held| held.clone())
+            .unwrap_or_default()
+    }
+
+    /// The lock files of `folder`, read once.
+    async fn folder_locks(
+        &self,
+        folder: &std::path::Path,
+    ) -> Result<Vec<locks::FolderLock>, Error> {
+        let mut held = self.folders.lock().await;
+        held.entry(folder.to_path_buf())
+            .or_insert_with(|| locks::read_folder(folder))
+            .clone()
+    }
+
+    /// The answer from the patch folder's locks: `Ok(None)` when none fits and uv may answer.
+    async fn answer_from_locks(
+        &self,
+        req: &Request,
+        label: &str,
+    ) -> Result<Option<Resolution>, Error> {
+        if self.mode == Mode::Fresh {
+            return Ok(None);
+        }
+        let found = match &req.folder {
+            Some(f) => self.folder_locks(f).await?,
+            None => Vec::new(),
+        };
+        let ours: Vec<&locks::FolderLock> = found
+            .iter()
+            .filter(|l| l.environment.patch == req.patch)
+            .collect();
+        let want = locks::environment(req);
+        if let Some(l) = ours
+            .iter()
+            .find(|l| locks::difference(&l.environment, &want).is_none())
+        {
+            return Ok(Some(l.resolution(&req.site)));
+        }
+        if self.mode == Mode::Auto {
+            return Ok(None);
+        }
+        let folder = req
+            .folder
+            .as_deref()
+            .map_or_else(|| "the patch".to_owned(), |f| f.display().to_string());
+        // The lock made for this image and platform, else one for the same architecture.
+        let closest = ours
+            .iter()
+            .find(|l| l.images.iter().any(|i| i == label))
+            .or_else(|| {
+                ours.iter()
+                    .find(|l| l.environment.architecture == want.architecture)
+            })
+            .or_else(|| ours.first());
+        Err(Error(match closest {
+            None => format!(
+                "{label}: --locked, and {folder} holds no lock of patch {} (write them with runner-patch lock)",
+                req.patch
+            ),
+            Some(l) => format!(
+                "{label}: --locked, and {} in {folder} was made for another environment: {}",
+                l.file,
+                locks::difference(&l.environment, &want).unwrap_or_default()
+            ),
+        }))
+    }
+
+    /// The answer to `req` (asked for `label`, `REPO:TAG PLATFORM`): from a lock file, from
+    /// uv, or from an earlier identical request.
+    pub async fn answer(&self, req: &Request, label: &str) -> Result<Resolution, Error> {
+        let answer = match self.answer_from_locks(req, label).await {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => self.answer_from_uv(req).await,
+            Err(e) => Err(e),
+        };
+        self.asked.lock().await.push(Asked {
+            label: label.to_owned(),
+            request: req.clone(),
+            answer: answer.clone(),
+        });
+        answer
+    }
+
+    async fn answer_from_uv(&self, req: &Request) -> Result<Resolution, Error> {
         if let Some(a) = self.answers.lock().await.get(req) {
             return a.clone();
         }
@@ -64,15 +179,15 @@ impl Resolver {
         answer
     }
 
-    /// `patch` as it stands on the platform `tree` shows: itself when it asks nothing
-    /// resolved; else resolved by uv, with the wheels it names fetched and checked (a failure
-    /// of either is the patch's refusal of the platform).
-    pub async fn patch_for(&self, patch: &Patch, tree: &(dyn Tree + Sync)) -> Patch {
+    /// `patch` as it stands on the platform `tree` shows (asked for `label`): itself when it
+    /// asks nothing resolved; else answered, with the wheels it names fetched and checked (a
+    /// failure of either is the patch's refusal of the platform).
+    pub async fn patch_for(&self, patch: &Patch, tree: &(dyn Tree + Sync), label: &str) -> Patch {
         let Some(request) = patch.kind().request(tree) else {
             return patch.clone();
         };
         let answer = match request {
-            Ok(req) => self.answer(&req).await.map_err(|e| e.0),
+            Ok(req) => self.answer(&req, label).await.map_err(|e| e.0),
             Err(why) => Err(why),
         };
         let resolved = patch.kind().resolved(answer);
@@ -143,16 +258,18 @@ pub async fn resolve(uv: &Uv, req: &Request) -> Result<Resolution, Error> {
             changes,
             warnings,
             site: req.site.clone(),
+            source: format!("resolved by {}", uv.short_version()),
         });
     }
     let (lock, more) = lock_of(uv, dir.path(), &installs, &req.lines, common).await?;
     warnings.extend(more);
     warnings.dedup();
     Ok(Resolution {
-        lock: with_credentials(&lock, &req.index_args),
+        lock,
         changes,
         warnings,
         site: req.site.clone(),
+        source: format!("resolved by {}", uv.short_version()),
     })
 }
 
@@ -268,36 +385,6 @@ fn warnings(stderr: &str) -> Vec<String> {
         .filter_map(|l| l.trim().strip_prefix("warning:"))
         .map(|w| redact_all(w.trim()))
         .collect()
-}
-
-/// The lock's wheel URLs on a host whose index option carries credentials, with them (uv
-/// leaves them out of what it writes; the fetch needs them). The lock stays in memory: what
-/// is recorded or shown of it goes through [`redact_all`].
-fn with_credentials(lock: &str, index_args: &[String]) -> String {
-    let mut out = lock.to_owned();
-    for arg in index_args {
-        let Ok(url) = reqwest::Url::parse(arg) else {
-            continue;
-        };
-        if url.username().is_empty() {
-            continue;
-        }
-        let Some(host) = url.host_str() else { continue };
-        let hostport = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_owned(),
-        };
-        let userinfo = match url.password() {
-            Some(p) => format!("{}:{p}", url.username()),
-            None => url.username().to_owned(),
-        };
-        let scheme = url.scheme();
-        out = out.replace(
-            &format!("\"{scheme}://{hostport}/"),
-            &format!("\"{scheme}://{userinfo}@{hostport}/"),
-        );
-    }
-    out
 }
 
 #[cfg(test)]

@@ -43,21 +43,6 @@ fn a_url_line_is_its_own_pin() {
 }
 
 #[test]
-fn credentials_go_back_on_their_own_host_only() {
-    let lock = "wheels = [{ url = \"http://127.0.0.1:81/files/a.whl\" }, { url = \"https://other.example/b.whl\" }]";
-    let args = vec![
-        "--index-url".to_owned(),
-        "http://ci:t0k@127.0.0.1:81/simple".to_owned(),
-        "--extra-index-url".to_owned(),
-        "https://other.example:8443/simple".to_owned(),
-    ];
-    assert_eq!(
-        with_credentials(lock, &args),
-        "wheels = [{ url = \"http://ci:t0k@127.0.0.1:81/files/a.whl\" }, { url = \"https://other.example/b.whl\" }]"
-    );
-}
-
-#[test]
 fn warnings_are_uvs_warning_lines_redacted() {
     let stderr = "Resolved 2 packages\nwarning: The package `a` is yanked at https://u:p@h/simple\nwarning: x\n";
     assert_eq!(

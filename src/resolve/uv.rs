@@ -99,6 +99,11 @@ impl Uv {
         Ok(uv)
     }
 
+    /// "uv 0.13.9", for people.
+    pub fn short_version(&self) -> String {
+        self.version.split(" (").next().unwrap_or("uv").to_owned()
+    }
+
     /// Runs uv with `args` in `dir`; stopped (and killed) past the time limit.
     pub async fn run(&self, args: &[String], dir: Option<&Path>) -> Result<Output, Error> {
         let mut cmd = tokio::process::Command::new(&self.path);

@@ -91,8 +91,9 @@ async fn seen(
     let mut tree =
         Visible::new(&scanned, s.config.clone()).with_added(s.first_added..s.layers.len());
     let mut resolved = Vec::with_capacity(s.expected.len());
+    let label = format!("{} {}", s.repo, check.platform);
     for p in &s.expected {
-        resolved.push(s.checks.resolver.patch_for(p, &tree).await);
+        resolved.push(s.checks.resolver.patch_for(p, &tree, &label).await);
     }
     let expected = resolved.iter();
     let layers = &s.checks.layers;

@@ -131,6 +131,8 @@ impl WheelsPatch {
             })
             .collect();
         Ok(Request {
+            patch: self.meta.id.clone(),
+            folder: self.spec.folder.clone(),
             lines,
             index_args: self.spec.index.uv_args(),
             python: t.python_full,
@@ -224,7 +226,7 @@ impl PatchKind for WheelsPatch {
             })
             .filter_map(|w| {
                 Some(Input {
-                    url: w.url.clone()?,
+                    url: self.spec.index.with_credentials(w.url.as_deref()?),
                     sha256: w.sha256.clone(),
                     dest: wheel::cached(&w.sha256),
                 })
@@ -280,14 +282,22 @@ impl PatchKind for WheelsPatch {
         if let Some(r) = &self.resolution {
             v.warnings
                 .extend(r.warnings.iter().map(|w| format!("uv: {w}")));
+            if v.outcome == crate::patch::outcome::Outcome::Patched {
+                v.notes.insert(0, r.source.clone());
+                v.reason = v.notes.join("; ");
+            }
             if v.outcome == crate::patch::outcome::Outcome::AlreadyPatched {
                 v.reason = format!(
-                    "uv finds the requirement lines of patch {} met by the image{}",
+                    "uv finds the requirement lines of patch {} met by the image{}{}",
                     self.meta.id,
                     if self.spec.remove.is_empty() {
                         ""
                     } else {
                         ", and every removed distribution is gone"
+                    },
+                    match r.source.strip_prefix("from ") {
+                        Some(file) => format!(" (as {file} says)"),
+                        None => String::new(),
                     }
                 );
             }

@@ -55,6 +55,8 @@ pub struct Spec {
     pub requirements: Option<Requirements>,
     /// Where uv looks for them; empty: uv's own configuration and environment.
     pub index: IndexOptions,
+    /// The patch folder (its lock files, `runner-patch lock`), for a folder patch.
+    pub folder: Option<std::path::PathBuf>,
     /// Distributions to uninstall, PEP 503 normalized.
     pub remove: Vec<String>,
     /// The install dir when the image has none of the distributions, relative to `/`.
@@ -95,6 +97,35 @@ impl IndexOptions {
             out.push("--no-index".to_owned());
         }
         out
+    }
+
+    /// `url` with the credentials of the index option on its scheme, host and port, when one
+    /// carries them (uv writes none into what it resolves; fetching a wheel needs them).
+    pub fn with_credentials(&self, url: &str) -> String {
+        let Ok(mut target) = reqwest::Url::parse(url) else {
+            return url.to_owned();
+        };
+        if !target.username().is_empty() {
+            return url.to_owned();
+        }
+        let all = self
+            .index_url
+            .iter()
+            .chain(&self.extra_index_urls)
+            .chain(&self.find_links);
+        for option in all.filter_map(|o| reqwest::Url::parse(o).ok()) {
+            let same = option.scheme() == target.scheme()
+                && option.host_str() == target.host_str()
+                && option.port_or_known_default() == target.port_or_known_default();
+            if same && !option.username().is_empty() {
+                let ok = target.set_username(option.username()).is_ok()
+                    && target.set_password(option.password()).is_ok();
+                if ok {
+                    return target.to_string();
+                }
+            }
+        }
+        url.to_owned()
     }
 
     /// Every URL, credentials redacted, for people and records.
@@ -284,7 +315,10 @@ pub fn read(src: &Source<'_>) -> Result<Spec, Error> {
             "lock and requirements are two routes to one install; name one of them",
         ));
     }
-    let mut spec = Spec::default();
+    let mut spec = Spec {
+        folder: src.folder.map(std::path::Path::to_path_buf),
+        ..Spec::default()
+    };
     if let Some(r) = &t.requirements {
         let (bytes, reqs) = read_requirements(src, r)?;
         spec.lock_bytes = bytes;

@@ -162,3 +162,24 @@ fn redact_hides_only_the_credentials() {
         assert_eq!(redact(url), shown);
     }
 }
+
+#[test]
+fn credentials_go_back_on_their_own_host_only() {
+    let o = IndexOptions {
+        index_url: Some("http://ci:t0k@127.0.0.1:81/simple".to_owned()),
+        extra_index_urls: vec!["https://other.example:8443/simple".to_owned()],
+        ..IndexOptions::default()
+    };
+    assert_eq!(
+        o.with_credentials("http://127.0.0.1:81/files/a.whl"),
+        "http://ci:t0k@127.0.0.1:81/files/a.whl"
+    );
+    for untouched in [
+        "http://127.0.0.1:82/files/a.whl",
+        "https://127.0.0.1:81/files/a.whl",
+        "https://other.example/b.whl",
+        "http://u:v@127.0.0.1:81/files/a.whl",
+    ] {
+        assert_eq!(o.with_credentials(untouched), untouched);
+    }
+}
