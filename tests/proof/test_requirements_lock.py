@@ -137,7 +137,12 @@ def test_locks_through_basic_credentials_hold_no_token(req_world, tmp_path):
         dmap = tmp_path / "map.json"
         run = apply_locked(world, repo, f, dmap)
         assert run.code == 0 and run.record["outcome"] == "patched", run.describe()
-        texts = [made.stdout, made.stderr, run.stdout, run.stderr, dmap.read_text()]
-        texts += [p.read_text() for p in f.glob("pylock*.toml")]
+        locks = [p.read_text() for p in f.glob("pylock*.toml")]
+        assert locks, "lock wrote no file"
+        for text in locks:
+            Pylock.from_dict(tomllib.loads(text))
+        texts = [made.stdout, made.stderr, run.stdout, run.stderr, dmap.read_text(), *locks]
+        blobs = [p.read_bytes() for p in (world.registry_dir / "storage").rglob("data") if p.is_file()]
         for secret in forbidden:
             assert not any(secret in t for t in texts), "a token in a lock, an output or the map"
+            assert not any(secret.encode() in b for b in blobs), "a token stored in the registry"
