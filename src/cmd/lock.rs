@@ -9,6 +9,14 @@ use crate::cli::{Global, LockArgs};
 use runner_patch::resolve::{locks, Mode as ResolveMode};
 
 pub fn run(g: &Global, a: &LockArgs) -> Result<Status> {
+    // Before any request: a run without requirement lines has nothing to lock.
+    let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
+    if !patches
+        .iter()
+        .any(|p| p.kind().describe().fields.contains_key("requirements"))
+    {
+        bail!("no patch of the run has requirement lines to lock (give --patch DIR, a wheels patch with requirements)");
+    }
     let (status, resolver) = super::apply::run(
         g,
         &a.images,

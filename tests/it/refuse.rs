@@ -143,3 +143,47 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
         }
     );
 }
+
+#[test]
+fn lock_without_requirement_lines_and_bad_requirements_stop_before_any_request() {
+    let work = tempfile::tempdir().expect("tmp");
+    // Nothing listens on port 1: any request would fail with another message.
+    let run = Tool::new("lock")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo("127.0.0.1:1/gpustack/runner")
+        .tag("cuda12.9-vllm0.27.1")
+        .run();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("no patch of the run has requirement lines to lock"),
+        "{}",
+        run.stderr
+    );
+    let dir = work.path().join("reqs");
+    std::fs::create_dir(&dir).expect("dir");
+    std::fs::write(
+        dir.join("patch.toml"),
+        "id = \"r\"\nkind = \"wheels\"\ntitle = \"t\"\nrequirements = \"requirements.txt\"\n",
+    )
+    .expect("toml");
+    std::fs::write(dir.join("requirements.txt"), "librosa\n-r more.txt\n").expect("reqs");
+    for command in ["plan", "lock"] {
+        let run = Tool::new(command)
+            .cwd(work.path())
+            .backend("cuda")
+            .repo("127.0.0.1:1/gpustack/runner")
+            .tag("cuda12.9-vllm0.27.1")
+            .patch(&dir)
+            .run();
+        assert_eq!(run.code, 2, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("requirements.txt:2: -r is an option line"),
+            "{command}: {}",
+            run.stderr
+        );
+        assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    }
+}

@@ -341,7 +341,7 @@ impl PatchKind for WheelsPatch {
                 lines.push(("requirements", f.clone()));
             }
             for l in &r.lines {
-                lines.push(("requirement", l.text.clone()));
+                lines.push(("line", l.text.clone()));
             }
             for u in self.spec.index.shown() {
                 lines.push(("index", u));
