@@ -64,6 +64,9 @@ async fn put_blob(reg: &Registry, repo: &Repo, digest: &str, bytes: &[u8]) -> Re
 /// Attaches one artifact in `repo` (where its subject is), unless it is listed already.
 pub async fn attach(reg: &Registry, repo: &Repo, a: &Attachment) -> Result<Attached> {
     let subject = &a.subject.digest;
+    // The referrers tag is read, extended and written back: one attach per subject at a time,
+    // so tags sharing a patched manifest (and `--jobs`) lose no entry.
+    let _writer = reg.tag_writer(&repo.at_tag(&referrers_tag(subject))).await;
     let (listed, api) = referrers(reg, repo, subject).await?;
     let via = if api {
         "referrers-api"

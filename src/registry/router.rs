@@ -26,7 +26,15 @@ pub struct Registry {
     /// Absent when every repository of the run is a layout: no registry, no CA bundle needed.
     http: Option<Http>,
     layout: Layout,
+    /// One writer at a time per tag that is read, extended and written back (a referrers tag
+    /// several tags' artifacts attach to), shared by every clone.
+    tag_writers: TagWriters,
 }
+
+/// The locks of [`Registry::tag_writer`], by `REPO:TAG`.
+type TagWriters = std::sync::Arc<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+>;
 
 impl Registry {
     /// A client for the given repositories within `settings`: loopback registries over plain
@@ -40,7 +48,21 @@ impl Registry {
         Ok(Registry {
             http,
             layout: Layout::default(),
+            tag_writers: TagWriters::default(),
         })
+    }
+
+    /// Holds the one right of this run to read, change and write back the tag `r` names:
+    /// concurrent read-modify-writes of one tag would overwrite each other's change.
+    pub async fn tag_writer(&self, r: &Reference) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut all = self
+                .tag_writers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            all.entry(r.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 
     /// As [`Registry::new`] with the default settings and at most `max_requests` registry

@@ -478,3 +478,74 @@ fn a_registry_that_processes_subject_gets_no_referrers_tag() {
     assert_eq!(art["subject"]["digest"], subject.as_str());
     assert!(prov(&reg, "inspect", &subject, &[])["index"].is_null());
 }
+
+/// Eight tags holding one image share each patched platform manifest, so every tag's provenance
+/// artifact attaches to the same subjects. On a registry without the referrers API the
+/// referrers tag is read, extended and written back: with `--jobs 8` every attach must still
+/// land, each tag's statement listed, and `verify` must find them all.
+#[test]
+fn tags_sharing_patched_manifests_keep_every_statement_with_jobs() {
+    let reg = Registry::start();
+    let source = "cuda12.9-vllm0.27.1";
+    reg.seed(&[source]);
+    let tags: Vec<String> = (1..=8).map(|i| format!("cuda12.9-vllm0.27.{i}")).collect();
+    for t in tags.iter().filter(|t| t.as_str() != source) {
+        retag(&reg, source, t);
+    }
+    let work = tempfile::tempdir().expect("tmp");
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tags(&tags)
+        .args(["--jobs", "8"])
+        .digest_map("map.json")
+        .json()
+        .run();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let map = run.json();
+    // Which tags each patched manifest serves: the Docker-typed amd64 one is shared by all
+    // eight; the OCI-typed arm64 one names its tag (`org.opencontainers.image.base.name`).
+    let mut serves: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for img in map["images"].as_array().expect("images") {
+        assert_eq!(img["outcome"], "patched", "{img}");
+        let tag = img["source"]
+            .as_str()
+            .expect("source")
+            .rsplit(':')
+            .next()
+            .expect("tag");
+        for p in img["platforms"].as_array().expect("platforms") {
+            let d = p["patched_digest"].as_str().expect("patched").to_owned();
+            serves.entry(d).or_default().push(tag.to_owned());
+        }
+    }
+    assert!(
+        serves.values().any(|t| t.len() == tags.len()),
+        "no patched manifest is shared by every tag: {serves:?}"
+    );
+    for (subject, want) in &mut serves {
+        want.sort();
+        let found = prov(&reg, "inspect", subject, &[]);
+        let arts = found["artifacts"].as_array().expect("artifacts");
+        let mut named: Vec<String> = arts
+            .iter()
+            .map(|a| {
+                a["statement"]["subject"][0]["annotations"]["tag"]
+                    .as_str()
+                    .expect("tag")
+                    .to_owned()
+            })
+            .collect();
+        named.sort();
+        assert_eq!(
+            &named, want,
+            "the referrers of {subject} lost a tag's statement"
+        );
+    }
+    let verify = Tool::new("verify")
+        .cwd(work.path())
+        .digest_map("map.json")
+        .run();
+    assert_eq!(verify.code, 0, "{}\n{}", verify.stdout, verify.stderr);
+}
