@@ -318,20 +318,6 @@ impl Requirements {
         }
         Ok(out)
     }
-
-    /// The variables the lines read, in order of first use.
-    pub fn variables(&self) -> Vec<String> {
-        let mut names: Vec<String> = Vec::new();
-        for line in &self.lines {
-            let _ = expand(&line.text, &mut |n| {
-                if !names.iter().any(|x| x == n) {
-                    names.push(n.to_owned());
-                }
-                Some(String::new())
-            });
-        }
-        names
-    }
 }
 
 #[cfg(test)]
