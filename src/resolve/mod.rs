@@ -73,7 +73,7 @@ impl Resolver {
     }
 
     /// Every answer given, in order, once the run is over (while answers are still being
-    /// given, none).
+    /// given, none); kept only in `Mode::Fresh`, the mode of `lock`.
     pub fn asked(&self) -> Vec<Asked> {
         self.asked
             .try_lock()
@@ -153,11 +153,14 @@ impl Resolver {
             Ok(None) => self.answer_from_uv(req).await,
             Err(e) => Err(e),
         };
-        self.asked.lock().await.push(Asked {
-            label: label.to_owned(),
-            request: req.clone(),
-            answer: answer.clone(),
-        });
+        // Only `lock` reads them: other runs keep no copy of each platform's request.
+        if self.mode == Mode::Fresh {
+            self.asked.lock().await.push(Asked {
+                label: label.to_owned(),
+                request: req.clone(),
+                answer: answer.clone(),
+            });
+        }
         answer
     }
 
