@@ -70,7 +70,8 @@ test-proof-wheels: build
 		tests/proof/test_wheels_pip.py tests/proof/test_wheels_refusals.py \
 		tests/proof/test_wheels_lifecycle.py tests/proof/test_wheels_locks.py \
 		tests/proof/test_requirements_harness.py tests/proof/test_requirements_route.py \
-		tests/proof/test_requirements_refusals.py tests/proof/test_requirements_lock.py
+		tests/proof/test_requirements_refusals.py tests/proof/test_requirements_lock.py \
+		tests/proof/test_post_operations_packages.py tests/proof/test_compile_route.py
 
 verify-engine: build
 	bash tests/proof/verify_engine.sh
@@ -84,7 +85,7 @@ bench: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
-	actionlint -no-color examples/github-actions/patch-runner.yml examples/github-actions/patch-with-action.yml tests/workflows/action-local.yml
+	actionlint -no-color examples/github-actions/patch-runner.yml examples/github-actions/patch-with-action.yml examples/github-actions/build-wheels-for-a-patch.yml tests/workflows/action-local.yml
 	$(PYTHON) scripts/doclinks.py --self-test
 	$(PYTHON) scripts/doclinks.py
 	$(PYTHON) scripts/structure.py --self-test

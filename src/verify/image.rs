@@ -12,6 +12,7 @@ use crate::patch::Outcome;
 use crate::provenance;
 use crate::registry::{Registry, Repo};
 use crate::verify::platform::verify_platform;
+use crate::verify::subject::Scope;
 use crate::verify::types::{Checks, Error, ImageCheck, PlatformCheck};
 
 /// The children of a document that are platforms (attestations left out), with their names.
@@ -89,7 +90,11 @@ pub async fn check_reference(
             .extend(companion_problems(reg, &repo, tag, &top, &children).await?);
     }
     for (name, m) in children {
-        let mut pc = verify_platform(reg, checks, &repo, name, &m, None).await?;
+        let scope = Scope {
+            tag: r.tag(),
+            settled: Vec::new(),
+        };
+        let mut pc = verify_platform(reg, checks, &repo, name, &m, None, &scope).await?;
         if with_provenance {
             let found = provenance::check(reg, &repo, &m, None, None, &pc.seen).await?;
             pc.problems.extend(found.problems);
@@ -241,7 +246,25 @@ async fn record_platform(
         .copied()
         .unwrap_or_default();
     let orig = reg.manifest_get(&source.at_digest(orig_digest)).await?;
-    let mut pc = verify_platform(reg, checks, target, name, m, Some((source, &orig))).await?;
+    let tag = split_tagged(&rec.target).ok().map(|(_, t)| t);
+    let settled = rec
+        .platforms
+        .iter()
+        .find(|p| p.patched_digest.as_deref() == Some(m.digest.as_str()))
+        .map(|p| {
+            p.patches
+                .iter()
+                .filter(|x| x.outcome != Outcome::Patched)
+                .map(|x| x.id.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let scope = Scope {
+        tag: tag.as_deref(),
+        settled,
+    };
+    let mut pc =
+        verify_platform(reg, checks, target, name, m, Some((source, &orig)), &scope).await?;
     let recorded_prov = rec
         .platforms
         .iter()

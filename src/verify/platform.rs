@@ -12,12 +12,12 @@ use crate::registry::Registry;
 use crate::registry::Repo;
 use crate::verify::added::{self, Added};
 use crate::verify::original;
-use crate::verify::subject::Subject;
+use crate::verify::subject::{Scope, Subject};
 use crate::verify::types::{Checks, Error, PlatformCheck};
 use crate::visible::{give_hashes, Search, Visible};
 
 /// Verifies one platform manifest of `repo`; `original` is the manifest it was made from (and
-/// the repository holding it), when a digest map says so.
+/// the repository holding it), when a digest map says so; `scope` what else it says.
 pub async fn verify_platform(
     reg: &Registry,
     checks: &Checks,
@@ -25,6 +25,7 @@ pub async fn verify_platform(
     platform: String,
     manifest: &Document,
     original: Option<(&Repo, &Document)>,
+    scope: &Scope<'_>,
 ) -> Result<PlatformCheck, Error> {
     let mut check = PlatformCheck::new(platform, manifest.digest.clone());
     let what = format!("{repo}@{}", manifest.digest);
@@ -54,6 +55,7 @@ pub async fn verify_platform(
         family,
         layers,
         config,
+        scope,
         &mut problems,
     );
     let added = added::check(&s, &mut problems).await?;

@@ -53,6 +53,7 @@ impl<'a> Subject<'a> {
         family: Family,
         layers: Vec<Descriptor>,
         config: Value,
+        scope: &Scope,
         problems: &mut Vec<String>,
     ) -> Self {
         let label = config["config"]["Labels"][PATCH_LABEL]
@@ -60,7 +61,7 @@ impl<'a> Subject<'a> {
             .unwrap_or_default()
             .to_owned();
         let named = crate::rewrite::patches_of(&config);
-        let expected = expected(checks, &named, problems);
+        let (expected, wants_layer) = expected(checks, scope, &named, problems);
         let mut s = Subject {
             reg,
             checks,
@@ -71,7 +72,7 @@ impl<'a> Subject<'a> {
             config,
             label,
             named,
-            wants_layer: expected.iter().any(|p| p.kind().adds_layer()),
+            wants_layer,
             expected,
             layered: Vec::new(),
             first_added: 0,
@@ -120,15 +121,41 @@ impl<'a> Subject<'a> {
     }
 }
 
+/// What a digest map says about one platform beyond its digests, so that a patch asked for is
+/// expected only where the run applied it.
+#[derive(Debug, Default)]
+pub struct Scope<'a> {
+    /// The tag the platform is served under: a patch asked for that is not for the runner
+    /// tag's backend or service (an `env` patch of another backend stacked in the same run)
+    /// was not-affected there and is not expected.
+    pub tag: Option<&'a str>,
+    /// Patches the run that wrote the map found already done (or not for this platform): the
+    /// label need not name them, and they need no layer, but their work must be seen.
+    pub settled: Vec<&'a str>,
+}
+
 /// The patches the label names, in order, then those asked for that it does not name; each
-/// one asked for must be named, and each named one known.
+/// one asked for must be named (unless settled), and each named one known. Also whether a
+/// layer of this tool must be on top.
 fn expected<'a>(
     checks: &'a Checks,
+    scope: &Scope,
     named: &[String],
     problems: &mut Vec<String>,
-) -> Vec<&'a Patch> {
-    for p in &checks.requested {
-        if !named.iter().any(|n| *n == p.meta().id) {
+) -> (Vec<&'a Patch>, bool) {
+    let runner = scope.tag.and_then(crate::tags::RunnerTag::parse);
+    let requested: Vec<&Patch> = checks
+        .requested
+        .iter()
+        .filter(|p| {
+            runner
+                .as_ref()
+                .is_none_or(|t| p.meta().selects(&t.service, &t.backend))
+        })
+        .collect();
+    let settled = |p: &Patch| scope.settled.contains(&p.meta().id.as_str());
+    for p in &requested {
+        if !named.iter().any(|n| *n == p.meta().id) && !settled(p) {
             problems.push(format!("label {PATCH_LABEL} does not name {}", p.meta().id));
         }
     }
@@ -141,10 +168,13 @@ fn expected<'a>(
             )),
         }
     }
-    for p in &checks.requested {
+    for p in requested {
         if !expected.iter().any(|e| e.meta().id == p.meta().id) {
             expected.push(p);
         }
     }
-    expected
+    let wants_layer = expected
+        .iter()
+        .any(|p| p.kind().adds_layer() && !settled(p));
+    (expected, wants_layer)
 }

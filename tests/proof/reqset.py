@@ -94,19 +94,6 @@ def write(directory: Path) -> list[Path]:
 
 
 def present_layer(world, arch: str, work: Path) -> Layer:
-    """The layer of PRESENT as pip installs it above the wheels proof's installed layer: in a
-    chroot for amd64, `--target` the site directory with `--platform` for arm64."""
+    """The layer of PRESENT as pip installs it above the wheels proof's installed layer."""
     wheels = [extra_host().write(work / "w"), fastext(arch, "1.0").write(work / "w")]
-    reqs = [f"{n}=={v}" for n, v in PRESENT]
-    if arch == "amd64":
-        after = wheelimg.copy_root(world.work / "installed", work / "present-amd64")
-        wheelimg.pip_install(after, wheels, reqs)
-        return wheelimg.diff_layer(world.work / "installed", after, "pip install " + " ".join(reqs))
-    site = wheelimg.pip_for_platform(work / "present-arm64", wheels, reqs, "manylinux_2_17_aarch64")
-    layer = Layer("pip install " + " ".join(reqs))
-    for rel, entry in sorted(wheelimg.snapshot(site).items()):
-        if entry[0] == "dir":
-            layer.dir(f"{wheelimg.SITE}/{rel}", entry[1])
-        else:
-            layer.file(f"{wheelimg.SITE}/{rel}", (site / rel).read_bytes(), entry[1])
-    return layer
+    return wheelimg.pip_layer(world.work / "installed", arch, wheels, [f"{n}=={v}" for n, v in PRESENT], work)

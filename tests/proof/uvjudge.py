@@ -49,7 +49,7 @@ def _libgcc() -> Path:
 
 
 @contextlib.contextmanager
-def _runnable(root: Path):
+def runnable(root: Path):
     """uv, /proc and /dev nodes in ROOT for the duration; ROOT as it was afterwards."""
     made: list[Path] = []
     judge = root / JUDGE_DIR
@@ -84,7 +84,7 @@ def system(root: Path, requirements: list[str], index_url: str, *args: str,
            check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
     """`uv pip install --system -r requirements.txt` (REQUIREMENTS, one a line) against INDEX_URL
     in a chroot of ROOT; ARGS are more of uv's options."""
-    with _runnable(root) as judge:
+    with runnable(root) as judge:
         (judge / "requirements.txt").write_text("".join(r + "\n" for r in requirements))
         cmd = [shutil.which("chroot") or "/usr/sbin/chroot", str(root), f"/{JUDGE_DIR}/uv", "pip", "install",
                "--system", "--python", pyroot.PYTHON, "--break-system-packages", "--no-python-downloads",

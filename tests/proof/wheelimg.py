@@ -84,6 +84,24 @@ def pip_for_platform(work: Path, wheels: list[Path], requirements: list[str], pl
     return root / "platform-site"
 
 
+def pip_layer(installed: Path, arch: str, wheels: list[Path], requirements: list[str], work: Path) -> Layer:
+    """The layer pip's install of REQUIREMENTS (from WHEELS) adds above the root INSTALLED: in a
+    chroot of a copy for amd64, `--target` the site directory with `--platform` for arm64."""
+    created = "pip install " + " ".join(requirements)
+    if arch == "amd64":
+        after = copy_root(installed, work / "after-amd64")
+        pip_install(after, wheels, requirements)
+        return diff_layer(installed, after, created)
+    site = pip_for_platform(work / "after-arm64", wheels, requirements, "manylinux_2_17_aarch64")
+    layer = Layer(created)
+    for rel, entry in sorted(snapshot(site).items()):
+        if entry[0] == "dir":
+            layer.dir(f"{SITE}/{rel}", entry[1])
+        else:
+            layer.file(f"{SITE}/{rel}", (site / rel).read_bytes(), entry[1])
+    return layer
+
+
 def installed_root(work: Path, wheels_dir: Path) -> Path:
     """The amd64 Python root with the fixture distributions installed by pip (with bytecode,
     `SOURCE_DATE_EPOCH` making it reproducible); asserts pip wrote nothing outside /usr/local."""

@@ -48,6 +48,16 @@ def _free_difference(pip_root: Path, tool_root: Path, rel: str, launchers: dict[
         if a != INSTALLER[judge] or not b.strip():
             return f"INSTALLER is {b!r} ({judge} wrote {a!r})"
         return None
+    if rel.endswith(".dist-info/direct_url.json"):
+        # PEP 610 leaves archive_info's hashes optional (uv writes none, pip and the tool the
+        # wheel's sha256); the URL must be the same, and a hash given must be the file's.
+        da, db = json.loads(a), json.loads(b)
+        if da.get("url") != db.get("url") or "archive_info" not in da or "archive_info" not in db:
+            return f"direct_url.json is {b!r} ({judge} wrote {a!r})"
+        ha, hb = da["archive_info"].get("hashes", {}), db["archive_info"].get("hashes", {})
+        if any(ha[k] != hb[k] for k in set(ha) & set(hb)):
+            return f"direct_url.json hashes {hb} ({judge}: {ha})"
+        return None
     if rel in launchers:
         why = _same_interpreter(pip_root, tool_root, a, b)
         if why:

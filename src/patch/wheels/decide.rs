@@ -331,9 +331,34 @@ impl Decider<'_> {
             Some(o) => format!("{} {} -> {} ({file})", w.name, o.meta.version, w.version),
             None => format!("{} {} new ({file})", w.name, w.version),
         };
-        let i = install::install(&w, &c.target, self.meta.mtime_secs)?;
+        let direct = c.wheel.direct.then_some(c.wheel.url.as_deref()).flatten();
+        let i = install::install(
+            &w,
+            &c.target,
+            self.meta.mtime_secs,
+            direct.map(|u| direct_url(u, &c.wheel.sha256)),
+        )?;
         Ok((i, meta, note))
     }
+}
+
+/// The `direct_url.json` of a wheel installed from URL (PEP 610): the URL without credentials
+/// and the archive's hash, as pip writes it.
+fn direct_url(url: &str, sha256: &str) -> Vec<u8> {
+    let url = match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            // Setting empty credentials cannot fail on an http(s) URL with a host.
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => super::spec::redact(url),
+    };
+    let doc = serde_json::json!({
+        "archive_info": {"hash": format!("sha256={sha256}"), "hashes": {"sha256": sha256}},
+        "url": url,
+    });
+    doc.to_string().into_bytes()
 }
 
 /// What the map and the statement say was installed: each chosen wheel with the name and

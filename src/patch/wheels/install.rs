@@ -230,7 +230,13 @@ fn unpack(
 }
 
 /// The changes installing `w` on the platform `t` makes, files stamped `mtime`.
-pub fn install(w: &Wheel, t: &Target, mtime: u64) -> Result<Installed, String> {
+/// `direct_url` is the `direct_url.json` of a direct URL install (PEP 610), else `None`.
+pub fn install(
+    w: &Wheel,
+    t: &Target,
+    mtime: u64,
+    direct_url: Option<Vec<u8>>,
+) -> Result<Installed, String> {
     let lib = if w.purelib {
         &t.scheme.purelib
     } else {
@@ -268,6 +274,9 @@ pub fn install(w: &Wheel, t: &Target, mtime: u64) -> Result<Installed, String> {
         0o644,
     ));
     generated.push((join(&dist_info, "REQUESTED"), Vec::new(), 0o644));
+    if let Some(json) = direct_url {
+        generated.push((join(&dist_info, "direct_url.json"), json, 0o644));
+    }
     for (path, content, mode) in generated {
         let hex = crate::digest::sha256(&content);
         let hex = hex.trim_start_matches("sha256:");

@@ -41,6 +41,9 @@ pub struct LockedWheel {
     /// Lowercase hex.
     pub sha256: String,
     pub size: Option<u64>,
+    /// Given as `[packages.archive]` (uv locks a `NAME @ URL` requirement so): a direct URL
+    /// install, which leaves `direct_url.json` (PEP 610) as pip and uv do.
+    pub direct: bool,
 }
 
 /// A lock that cannot be used: "origin:line: what is wrong".
@@ -87,8 +90,7 @@ struct RawPackage {
     _vcs: Option<IgnoredAny>,
     #[serde(rename = "directory")]
     _directory: Option<IgnoredAny>,
-    #[serde(rename = "archive")]
-    _archive: Option<IgnoredAny>,
+    archive: Option<Spanned<RawArchive>>,
     #[serde(rename = "index")]
     _index: Option<IgnoredAny>,
     #[serde(rename = "dependencies")]
@@ -110,6 +112,37 @@ struct RawWheel {
     #[serde(rename = "upload-time")]
     _upload_time: Option<IgnoredAny>,
     hashes: Option<BTreeMap<String, String>>,
+}
+
+/// A `[packages.archive]` table: a direct URL or path to one file. A wheel given so (uv locks
+/// a `NAME @ https://.../x.whl` requirement this way) is installed as any locked wheel; any
+/// other archive (an sdist) is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawArchive {
+    url: Option<String>,
+    path: Option<String>,
+    size: Option<u64>,
+    #[serde(rename = "upload-time")]
+    _upload_time: Option<IgnoredAny>,
+    hashes: Option<BTreeMap<String, String>>,
+    subdirectory: Option<String>,
+}
+
+impl RawArchive {
+    /// The archive as a wheel entry, when it is a wheel file (its name ends in `.whl`).
+    fn as_wheel(&self) -> Option<RawWheel> {
+        let source = self.url.as_deref().or(self.path.as_deref())?;
+        let file = source.split(['#', '?']).next().unwrap_or(source);
+        (file.ends_with(".whl") && self.subdirectory.is_none()).then(|| RawWheel {
+            name: None,
+            url: self.url.clone(),
+            path: self.path.clone(),
+            size: self.size,
+            _upload_time: None,
+            hashes: self.hashes.clone(),
+        })
+    }
 }
 
 /// Where a lock is read from, to name lines in errors.
@@ -157,14 +190,23 @@ pub fn parse(text: &str, origin: &str, folder: &Path) -> Result<Lock, LockError>
 
 /// One package: wheels required, each checked.
 fn package(at: &At, raw: Spanned<RawPackage>, folder: &Path) -> Result<Package, LockError> {
-    let raw = raw.into_inner();
+    let mut raw = raw.into_inner();
     let name = raw.name.get_ref().clone();
+    let mut direct = false;
+    if raw.wheels.is_empty() {
+        if let Some(a) = &raw.archive {
+            if let Some(w) = a.get_ref().as_wheel() {
+                raw.wheels.push(Spanned::new(a.span(), w));
+                direct = true;
+            }
+        }
+    }
     if raw.wheels.is_empty() {
         let has = [
             (raw._sdist.is_some(), "an sdist"),
             (raw._vcs.is_some(), "a VCS source"),
             (raw._directory.is_some(), "a directory"),
-            (raw._archive.is_some(), "an archive"),
+            (raw.archive.is_some(), "an archive"),
         ];
         let what = has
             .iter()
@@ -180,6 +222,7 @@ fn package(at: &At, raw: Spanned<RawPackage>, folder: &Path) -> Result<Package, 
         .wheels
         .into_iter()
         .map(|w| wheel(at, w, &name, raw.version.as_deref(), folder))
+        .map(|w| w.map(|w| LockedWheel { direct, ..w }))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Package {
         name,
@@ -244,6 +287,7 @@ fn wheel(
         path,
         sha256,
         size: raw.size,
+        direct: false,
     })
 }
 

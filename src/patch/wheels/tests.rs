@@ -569,7 +569,7 @@ fn install_writes_what_pip_writes() {
         Some(EP),
     );
     let w = open(&path, &sha, &filename, "demo", "2.0").expect("opens");
-    let got = install(&w, &target(), 946684800).expect("installs");
+    let got = install(&w, &target(), 946684800, None).expect("installs");
     let (files, hidden) = applied(&got.changes);
     assert!(hidden.is_empty());
     let at = |p: &str| {
@@ -669,7 +669,7 @@ fn a_data_script_named_as_an_entry_point_gives_way_to_the_launcher() {
         Some("[console_scripts]\ndemo = demo.cli:main\n"),
     );
     let w = open(&path, &sha, &filename, "demo", "2.0").expect("opens");
-    let (files, _) = applied(&install(&w, &target(), 0).expect("installs").changes);
+    let (files, _) = applied(&install(&w, &target(), 0, None).expect("installs").changes);
     assert!(files["usr/local/bin/demo"]
         .0
         .starts_with(b"#!/usr/local/bin/python3\n# -*- coding"));
@@ -809,7 +809,7 @@ fn layers_of_the_same_install_are_the_same_bytes() {
     );
     let layer = || {
         let w = open(&path, &sha, &filename, "demo", "2.0").expect("opens");
-        let got = install(&w, &target(), 946684800).expect("installs");
+        let got = install(&w, &target(), 946684800, None).expect("installs");
         crate::layer::build_changes(
             &got.changes,
             946684800,

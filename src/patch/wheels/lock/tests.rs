@@ -109,6 +109,7 @@ fn reads_a_lock_as_pip_lock_writes_it() {
             path: None,
             sha256: H1.into(),
             size: None,
+            direct: false,
         }]
     );
 }
@@ -228,4 +229,25 @@ fn wheels_need_a_source_a_sha256_and_a_name_of_their_package() {
 #[test]
 fn an_empty_lock_has_no_packages() {
     assert_eq!(ok("lock-version = \"1.0\"\n").packages, Vec::new());
+}
+
+/// A wheel by direct URL, as uv locks `NAME @ https://.../x.whl`: `[packages.archive]` naming a
+/// `.whl` is that wheel; an archive that is not a wheel is still refused.
+#[test]
+fn an_archive_naming_a_wheel_is_that_wheel() {
+    let lock = ok(&format!(
+        "lock-version = \"1.0\"\n[[packages]]\nname = \"flash-attn\"\nversion = \"2.8.3+cu12torch2.8cxx11abiFALSE\"\n\
+         archive = {{ url = \"https://github.com/o/r/releases/download/v2.8.3/flash_attn-2.8.3+cu12torch2.8cxx11abiFALSE-cp312-cp312-linux_x86_64.whl\", hashes = {{ sha256 = \"{H1}\" }} }}\n"
+    ));
+    let w = &lock.packages[0].wheels[0];
+    assert_eq!(
+        w.filename,
+        "flash_attn-2.8.3+cu12torch2.8cxx11abiFALSE-cp312-cp312-linux_x86_64.whl"
+    );
+    assert_eq!(w.sha256, H1);
+    assert!(w.direct);
+    let e = err(&format!(
+        "lock-version = \"1.0\"\n[[packages]]\nname = \"a\"\narchive = {{ url = \"https://x/a-1.0.tar.gz\", hashes = {{ sha256 = \"{H1}\" }} }}\n"
+    ));
+    assert!(e.contains("(only an archive)"), "{e}");
 }

@@ -14,6 +14,7 @@ fn wheel(filename: &str) -> LockedWheel {
         path: Some(format!("/w/{filename}").into()),
         sha256: "0".repeat(64),
         size: None,
+        direct: false,
     }
 }
 
