@@ -6,8 +6,10 @@
 //! the hash of its entry index, may change between builds), and holds only what the scan
 //! found: the target entries with their headers and content, the `.pyc` paths, the few kept
 //! files, the whiteouts and opaque directories, the index of non-directory entries (hashes,
-//! for overlay hiding), a refusal if the layer was unusable, and the layer's size. It is written only after the layer was read to its end and
-//! its digest and size checked (`scan::scan_layer` returned). On reading, an entry must name
+//! for overlay hiding), a refusal if the layer was unusable, and the layer's size. A scan of any size is kept (a
+//! distributions scan holds every `RECORD`, torch's among them); the folder is bounded on disk
+//! (least recently used entries go first). An entry is written only after the layer was read
+//! to its end and its digest and size checked (`scan::scan_layer` returned). On reading, an entry must name
 //! the same layer and the same key and carry the sha256 of its own body; anything else (a
 //! truncated, edited or foreign file, another format) is ignored, the layer is read again,
 //! and the entry rewritten. The checksum detects corruption and mix-ups, not a deliberate
@@ -27,8 +29,14 @@ use serde_json::{json, Value};
 use crate::media::{Compression, Descriptor};
 use crate::scan::{EntryKind, FileEntry, LayerScan, Wanted};
 
-/// Bumped whenever the entry layout or the meaning of a scan changes.
-const FORMAT: u64 = 1;
+/// Bumped whenever the entry layout or the meaning of a scan changes. Entries of an earlier
+/// format are never read; their folder is removed by the first store of this one.
+const FORMAT: u64 = 2;
+
+/// What the entries of one cache folder may take on disk together, unless
+/// `RUNNER_PATCH_SCAN_CACHE_MAX_MB` says otherwise: past it, the least recently used entries
+/// are removed after a store (down to nine tenths of it).
+pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// The default cache folder: under the user's cache directory, when there is one.
 pub fn default_dir() -> Option<PathBuf> {
@@ -119,14 +127,19 @@ pub fn wanted_key(wanted: &Wanted) -> String {
     key
 }
 
-/// The biggest entry written or read: real ones are a few KiB (a few MiB for a layer with very
-/// many files above the target's). Loading one costs a few times its size in memory, so bigger
-/// scans are simply read again.
-const MAX_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
+/// The biggest entry written or read: everything a complete scan of one layer may keep (its own
+/// budget and all the distribution metadata a run may keep), as base64, plus its index. A
+/// scan of any size that finished is cached; a bigger file is not one this tool wrote.
+const MAX_ENTRY_BYTES: u64 =
+    (crate::scan::MAX_KEPT_PER_LAYER + crate::scan::MAX_DIST_KEPT_PER_RUN) * 3 / 2 + (1 << 20);
 
-/// The most kept bytes (file contents) an entry may hold; real scans keep tens of KiB. A scan
-/// that kept more (crafted layers, bombs) is not cached: reading it again is the safe path.
-const MAX_CACHED_KEPT: u64 = 1024 * 1024;
+/// The bound of a cache folder (`RUNNER_PATCH_SCAN_CACHE_MAX_MB`, else [`DEFAULT_MAX_BYTES`]).
+fn max_bytes() -> u64 {
+    std::env::var("RUNNER_PATCH_SCAN_CACHE_MAX_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_MAX_BYTES, |mb| mb.saturating_mul(1024 * 1024))
+}
 
 fn compression_name(c: Compression) -> &'static str {
     match c {
@@ -183,6 +196,7 @@ fn load(
     };
     match decode(&bytes, desc, compression, &key) {
         Ok(scan) => {
+            touch(&path);
             tracing::debug!("layer {}: scan from the cache", desc.digest);
             Some(scan)
         }
@@ -203,10 +217,6 @@ fn store(
     wanted: &Wanted,
     scan: &LayerScan,
 ) {
-    if scan.kept > MAX_CACHED_KEPT {
-        tracing::debug!("layer {}: scan keeps too much to cache", desc.digest);
-        return;
-    }
     let key = wanted_key(wanted);
     let path = entry_path(dir, desc, compression, &key);
     let entry = encode(desc, compression, &key, scan);
@@ -216,6 +226,51 @@ fn store(
     }
     if let Err(e) = write_atomic(&path, &entry) {
         tracing::debug!("scan cache entry {} not written: {e}", path.display());
+        return;
+    }
+    evict(dir, &path, max_bytes());
+}
+
+/// Keeps the folder within `max` bytes: the entries least recently written or read go first
+/// (down to nine tenths of `max`, so that not every store evicts), never `just_written`.
+/// Folders of earlier formats are removed. Best effort: another run may be removing too.
+fn evict(dir: &Path, just_written: &Path, max: u64) {
+    for old in 1..FORMAT {
+        let _ = std::fs::remove_dir_all(dir.join(format!("v{old}")));
+    }
+    let Ok(read) = std::fs::read_dir(dir.join(format!("v{FORMAT}"))) else {
+        return;
+    };
+    let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = read
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let used = m.modified().ok()?;
+            (m.is_file() && e.path().extension().is_some_and(|x| x == "json"))
+                .then(|| (used, m.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = entries.iter().map(|e| e.1).sum();
+    if total <= max {
+        return;
+    }
+    entries.sort();
+    let goal = max / 10 * 9;
+    for (_, len, path) in entries {
+        if total <= goal {
+            break;
+        }
+        if path != just_written && std::fs::remove_file(&path).is_ok() {
+            tracing::debug!("scan cache: removed {} ({len} bytes)", path.display());
+            total -= len;
+        }
+    }
+}
+
+/// Marks an entry as just used, so eviction keeps it longest (best effort).
+fn touch(path: &Path) {
+    if let Ok(f) = std::fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(std::time::SystemTime::now());
     }
 }
 
@@ -240,7 +295,8 @@ fn kind_json(k: &EntryKind) -> Value {
     }
 }
 
-/// The entry: a body (layer, key, scan) and the sha256 of the body's exact bytes.
+/// The entry: the sha256 of the body's exact bytes on the first line, then the body (layer,
+/// key, scan) as JSON, so reading it needs no second copy of the body.
 fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerScan) -> Vec<u8> {
     let targets: Vec<Value> = scan
         .targets
@@ -278,7 +334,7 @@ fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerSc
     })
     .to_string();
     let sum = crate::digest::sha256(body.as_bytes());
-    format!("{{\"sha256\":{},\"body\":{}}}\n", json!(sum), json!(body)).into_bytes()
+    format!("{sum}\n{body}").into_bytes()
 }
 
 /// An entry's body, once its checksum, format, layer and key are those of this scan.
@@ -288,12 +344,15 @@ fn open_entry(
     compression: Compression,
     key: &str,
 ) -> Result<Value, String> {
-    let outer: Value = serde_json::from_slice(bytes).map_err(|_| "not JSON".to_owned())?;
-    let body = outer["body"].as_str().ok_or("no body")?;
-    if outer["sha256"].as_str() != Some(crate::digest::sha256(body.as_bytes()).as_str()) {
+    let newline = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or("no checksum line")?;
+    let (sum, body) = (&bytes[..newline], &bytes[newline + 1..]);
+    if sum != crate::digest::sha256(body).as_bytes() {
         return Err("its checksum does not match its content".into());
     }
-    let v: Value = serde_json::from_str(body).map_err(|_| "body is not JSON".to_owned())?;
+    let v: Value = serde_json::from_slice(body).map_err(|_| "body is not JSON".to_owned())?;
     if v["format"].as_u64() != Some(FORMAT) {
         return Err(format!("format {} is not {FORMAT}", v["format"]));
     }
@@ -397,9 +456,6 @@ fn decode(
         return Err(bad("layer fields"));
     }
     let kept = num(&s["kept"], "kept")?;
-    if kept > MAX_CACHED_KEPT {
-        return Err(bad("kept"));
-    }
     let index = sorted_keys(&s["index"], "index")?;
     let refusal = match &s["refusal"] {
         Value::Null => None,

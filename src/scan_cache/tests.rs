@@ -87,3 +87,55 @@ fn an_edited_or_truncated_entry_is_refused() {
     assert!(decode(&bytes[..bytes.len() / 2], &d, Compression::Gzip, &key).is_err());
     assert!(decode(b"", &d, Compression::Gzip, &key).is_err());
 }
+
+#[test]
+fn a_scan_of_any_size_a_layer_may_keep_is_cached() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = ScanCache::at(false, Some(dir.path().to_path_buf()));
+    let (d, w) = (desc(), wanted("vllm/x.py"));
+    let mut big = scan();
+    // A torch-sized RECORD, and more: well past what entries were once limited to.
+    big.files.insert(
+        "usr/lib/torch-2.9.0.dist-info/RECORD".into(),
+        Arc::new(vec![b'r'; 6 * 1024 * 1024]),
+    );
+    big.kept = 6 * 1024 * 1024 + 42;
+    cache.store(&d, Compression::Gzip, &w, &big);
+    let back = cache.load(&d, Compression::Gzip, &w).expect("cached");
+    assert_eq!(format!("{back:?}"), format!("{big:?}"));
+    // Another layer (a changed layer under the same tag) is not served from it.
+    let mut d2 = d.clone();
+    d2.digest = format!("sha256:{}", "cd".repeat(32));
+    assert!(cache.load(&d2, Compression::Gzip, &w).is_none());
+}
+
+#[test]
+fn the_folder_stays_within_its_bound_least_recently_used_first() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let v = dir.path().join(format!("v{FORMAT}"));
+    std::fs::create_dir_all(&v).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("v1")).expect("old format");
+    let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(1000);
+    let paths: Vec<PathBuf> = (0..6)
+        .map(|i| {
+            let p = v.join(format!("{i}.json"));
+            std::fs::write(&p, vec![b'x'; 1000]).expect("write");
+            let f = std::fs::File::options()
+                .append(true)
+                .open(&p)
+                .expect("open");
+            f.set_modified(t0 + std::time::Duration::from_secs(i * 10))
+                .expect("mtime");
+            p
+        })
+        .collect();
+    // Entry 0 was read last: it is the most recently used.
+    touch(&paths[0]);
+    evict(dir.path(), &paths[5], 4000);
+    let left: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
+    assert_eq!(left, [true, false, false, false, true, true], "{left:?}");
+    assert!(
+        !dir.path().join("v1").exists(),
+        "an old format's folder stays"
+    );
+}

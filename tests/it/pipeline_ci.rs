@@ -622,7 +622,7 @@ fn layer_gets_in(log: &str, layers: &std::collections::BTreeSet<String>) -> Vec<
 }
 
 fn cache_entries(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("v1"))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("v2"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     v.retain(|p| p.extension().is_some_and(|e| e == "json"));
@@ -738,4 +738,71 @@ fn apply_after_plan_reads_no_layer_again_and_a_bad_cache_entry_is_never_trusted(
         .digest_map("runner-patch-manifest.json")
         .run();
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}
+
+/// The layers of one tag of a fixture summary.
+fn tag_layers(summary: &Value, tag: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for p in summary["images"][tag]["platforms"]
+        .as_object()
+        .expect("platforms")
+        .values()
+    {
+        for l in p["layers"].as_array().expect("layers") {
+            out.insert(l.as_str().expect("digest").to_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_changed_layer_under_the_same_tag_is_scanned_again_never_served_from_the_cache() {
+    let reg = Registry::start();
+    let (tag, fixed) = ("cuda13.0-vllm0.30.0", "cuda13.0-vllm0.33.0");
+    let summary = reg.seed(&[tag, fixed]);
+    let (before, after) = (tag_layers(&summary, tag), tag_layers(&summary, fixed));
+    let changed: std::collections::BTreeSet<String> = after.difference(&before).cloned().collect();
+    assert!(!changed.is_empty(), "the fixtures share every layer");
+    let work = tempfile::tempdir().expect("tmp");
+    let cache = work.path().join("scans");
+    let plan = || {
+        let from = reg.log().len();
+        let r = Tool::new("plan")
+            .cwd(work.path())
+            .backend("cuda")
+            .repo(reg.repo())
+            .tag(tag)
+            .json()
+            .arg("--cache-dir")
+            .arg(&cache)
+            .run();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let all: std::collections::BTreeSet<String> = before.union(&after).cloned().collect();
+        (
+            r.json()["images"][0]["outcome"].clone(),
+            layer_gets(&reg, from, &all),
+        )
+    };
+    let (first, _) = plan();
+    assert_eq!(first, "patched");
+    let (again, none) = plan();
+    assert_eq!((again, none), (Value::from("patched"), Vec::new()));
+    // The tag now serves another image: its new layers are read, whatever the cache holds
+    // for the tag's old ones, and the plan is the new image's.
+    retag(&reg, fixed, tag);
+    let (moved, gets) = plan();
+    assert_eq!(
+        moved, "not-affected",
+        "the plan answered from the old layers"
+    );
+    let read: std::collections::BTreeSet<String> = gets.into_iter().collect();
+    assert!(
+        changed.iter().all(|l| read.contains(l)),
+        "changed layers not read: {changed:?}, read {read:?}"
+    );
+    assert!(
+        read.is_subset(&changed),
+        "layers the cache holds were read again: {read:?}"
+    );
 }
