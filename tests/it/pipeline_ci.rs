@@ -806,3 +806,60 @@ fn a_changed_layer_under_the_same_tag_is_scanned_again_never_served_from_the_cac
         "layers the cache holds were read again: {read:?}"
     );
 }
+
+#[test]
+fn a_release_of_eight_tags_sharing_layers_reads_each_layer_blob_once() {
+    let reg = Registry::start();
+    let (a, b) = ("cuda12.9-vllm0.27.1", "cuda12.8-vllm0.27.1");
+    let summary = reg.seed(&[a, b]);
+    let layers: std::collections::BTreeSet<String> = tag_layers(&summary, a)
+        .union(&tag_layers(&summary, b))
+        .cloned()
+        .collect();
+    // A release: each image under four tags (two CUDA versions' worth of names each).
+    let mut tags = Vec::new();
+    for (src, minors) in [
+        (a, ["0.27.1", "0.27.2", "0.27.3", "0.27.4"]),
+        (b, ["0.27.1", "0.27.5", "0.27.6", "0.27.7"]),
+    ] {
+        let prefix = src.split_once("-vllm").expect("tag").0;
+        for m in minors {
+            let t = format!("{prefix}-vllm{m}");
+            if t != src {
+                retag(&reg, src, &t);
+            }
+            tags.push(t);
+        }
+    }
+    let work = tempfile::tempdir().expect("tmp");
+    let from = reg.log().len();
+    let run = Tool::new("apply")
+        .cwd(work.path())
+        .backend("cuda")
+        .repo(reg.repo())
+        .tags(&tags)
+        .args(["--jobs", "8", "--no-cache", "--range-parallel", "1"])
+        .digest_map("map.json")
+        .json()
+        .run();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let gets = layer_gets(&reg, from, &layers);
+    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+    for g in &gets {
+        *per.entry(g.as_str()).or_default() += 1;
+    }
+    assert!(!per.is_empty(), "the run read no layer");
+    assert!(
+        per.values().all(|n| *n == 1),
+        "a layer blob was read more than once across the release's tags: {per:?}"
+    );
+    let map = run.json();
+    let patched = map["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .filter(|i| i["outcome"] == "patched")
+        .count();
+    assert_eq!(patched, tags.len(), "{map:#}");
+}
