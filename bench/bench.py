@@ -42,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 from bench import image  # noqa: E402
 from bench import ranges  # noqa: E402
+from bench import requirements  # noqa: E402
 from bench import wheels  # noqa: E402
 from fixtures import registry as fxreg  # noqa: E402
 
@@ -509,14 +510,17 @@ def main(argv=None):
     p.add_argument("--work", help="scratch folder (default: a new one under $TMPDIR, removed at the end)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder and its registry data")
     p.add_argument("--no-buildah", action="store_true", help="skip the buildah route")
-    p.add_argument("--only", choices=["ranges", "wheels"],
+    p.add_argument("--only", choices=["ranges", "wheels", "requirements"],
                    help="ranges: only apply, the floor and the parallel-range routes (a, b, a0, h, i); "
-                        "wheels: only the wheel-to-layer routes (w1, w2; bench/wheels.py)")
+                        "wheels: only the wheel-to-layer routes (w1, w2; bench/wheels.py); "
+                        "requirements: only the requirements route (q1-q5; bench/requirements.py)")
     p.add_argument("--cache", default=image.default_cache())
     p.add_argument("--results", default=os.path.join(HERE, "results", "latest.md"))
     a = p.parse_args(argv)
     if a.only == "wheels":
         return wheels.main(["--cache", a.cache] + (["--keep"] if a.keep else []))
+    if a.only == "requirements":
+        return requirements.main(["--bin", a.bin, "--cache", a.cache] + (["--keep"] if a.keep else []))
     t_start = time.monotonic()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     binary = os.path.abspath(a.bin)
@@ -681,6 +685,8 @@ def main(argv=None):
     if not a.only:
         # The wheel-to-layer routes (issue 18) report on their own page.
         rc = max(rc, wheels.main(["--cache", a.cache] + (["--keep"] if a.keep else [])))
+        # The requirements route (issue 37) reports on its own page too.
+        rc = max(rc, requirements.main(["--bin", a.bin, "--cache", a.cache] + (["--keep"] if a.keep else [])))
     return rc
 
 
