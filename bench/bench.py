@@ -258,13 +258,14 @@ def edit_cache_entry(scans):
     """Flips one byte in the middle of the scan cache entry of the biggest layer; returns that
     layer's digest (what the next plan must read again)."""
     best = None
-    folder = os.path.join(scans, "v1")
+    # The newest format's folder (`v<N>`); an entry is its JSON body, then a checksum line.
+    folder = os.path.join(scans, max((d for d in os.listdir(scans) if d[1:].isdigit()), key=lambda d: int(d[1:])))
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         if not name.endswith(".json"):
             continue
-        with open(path) as f:
-            body = json.loads(json.load(f)["body"])
+        with open(path, "rb") as f:
+            body = json.loads(f.read().rstrip(b"\n").rsplit(b"\n", 1)[0])
         if best is None or body["size"] > best[1]:
             best = (path, body["size"], body["layer"])
     if best is None:

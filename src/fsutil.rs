@@ -2,7 +2,7 @@
 //! new one, never a part: the digest map and the scan cache (an OCI layout writes its blobs the
 //! same way, asynchronously, in the registry's layout store).
 
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The folder holding `path` (`.` for a bare file name).
@@ -31,11 +31,22 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// fsynced, renamed over it, and the folder fsynced so the rename itself is on disk. A failed
 /// write leaves the old file and no temporary one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// As [`write_atomic`], with the content written by `write` through a buffer: a big file is
+/// never held in memory whole.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = tmp_path(path);
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.flush()?;
+        let mut b = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        write(&mut b)?;
+        let f = b
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, path)?;

@@ -19,19 +19,10 @@
 //! `~/.cache/runner-patch/scans`; `--no-cache`); `verify` never does, so its checks stay
 //! independent of earlier runs.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use base64::Engine as _;
-use serde_json::{json, Value};
 
 use crate::media::{Compression, Descriptor};
-use crate::scan::{EntryKind, FileEntry, LayerScan, Wanted};
-
-/// Bumped whenever the entry layout or the meaning of a scan changes. Entries of an earlier
-/// format are never read; their folder is removed by the first store of this one.
-const FORMAT: u64 = 2;
+use crate::scan::{LayerScan, Wanted};
 
 /// What the entries of one cache folder may take on disk together, unless
 /// `RUNNER_PATCH_SCAN_CACHE_MAX_MB` says otherwise: past it, the least recently used entries
@@ -127,11 +118,10 @@ pub fn wanted_key(wanted: &Wanted) -> String {
     key
 }
 
-/// The biggest entry written or read: everything a complete scan of one layer may keep (its own
-/// budget and all the distribution metadata a run may keep), as base64, plus its index. A
-/// scan of any size that finished is cached; a bigger file is not one this tool wrote.
-const MAX_ENTRY_BYTES: u64 =
-    (crate::scan::MAX_KEPT_PER_LAYER + crate::scan::MAX_DIST_KEPT_PER_RUN) * 3 / 2 + (1 << 20);
+/// The most kept file contents a scan that is not for distributions (target, guard and
+/// version files) may hold and be cached; real scans keep tens of KiB. A scan that kept more (crafted layers, bombs)
+/// is not cached: reading it again is the safe path.
+const MAX_CACHED_OTHER: u64 = 1024 * 1024;
 
 /// The bound of a cache folder (`RUNNER_PATCH_SCAN_CACHE_MAX_MB`, else [`DEFAULT_MAX_BYTES`]).
 fn max_bytes() -> u64 {
@@ -139,14 +129,6 @@ fn max_bytes() -> u64 {
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(DEFAULT_MAX_BYTES, |mb| mb.saturating_mul(1024 * 1024))
-}
-
-fn compression_name(c: Compression) -> &'static str {
-    match c {
-        Compression::Gzip => "gzip",
-        Compression::Zstd => "zstd",
-        Compression::None => "none",
-    }
 }
 
 /// The entry's file: one per layer and key, named by the sha256 of both.
@@ -217,14 +199,26 @@ fn store(
     wanted: &Wanted,
     scan: &LayerScan,
 ) {
-    let key = wanted_key(wanted);
-    let path = entry_path(dir, desc, compression, &key);
-    let entry = encode(desc, compression, &key, scan);
-    if entry.len() as u64 > MAX_ENTRY_BYTES {
-        tracing::debug!("layer {}: scan too big to cache", desc.digest);
+    // A scan for distributions (a `wheels` patch's: every `METADATA` and `RECORD`, and the
+    // files that tell the platform, such as `libc.so.6`) is cached whatever it kept. Other
+    // scans keep tens of KiB of target, guard and version files in real layers, and one that
+    // kept more (crafted layers) is simply read again.
+    let kept_files: u64 = scan
+        .files
+        .values()
+        .map(|c| c.len() as u64)
+        .chain(scan.targets.iter().map(|t| t.content.len() as u64))
+        .sum();
+    if !wanted.dists && kept_files > MAX_CACHED_OTHER {
+        tracing::debug!("layer {}: scan keeps too much to cache", desc.digest);
         return;
     }
-    if let Err(e) = write_atomic(&path, &entry) {
+    let key = wanted_key(wanted);
+    let path = entry_path(dir, desc, compression, &key);
+    let written = std::fs::create_dir_all(path.parent().unwrap_or(dir)).and_then(|()| {
+        crate::fsutil::write_atomic_with(&path, |w| encode_to(w, desc, compression, &key, scan))
+    });
+    if let Err(e) = written {
         tracing::debug!("scan cache entry {} not written: {e}", path.display());
         return;
     }
@@ -274,220 +268,11 @@ fn touch(path: &Path) {
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let parent = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("no parent directory"))?;
-    std::fs::create_dir_all(parent)?;
-    crate::fsutil::write_atomic(path, bytes)
-}
+mod entry;
 
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn kind_json(k: &EntryKind) -> Value {
-    match k {
-        EntryKind::Regular => json!({"regular": null}),
-        EntryKind::Symlink(t) => json!({"symlink": t}),
-        EntryKind::Hardlink(t) => json!({"hardlink": t}),
-        EntryKind::Other(t) => json!({"other": t}),
-    }
-}
-
-/// The entry: the sha256 of the body's exact bytes on the first line, then the body (layer,
-/// key, scan) as JSON, so reading it needs no second copy of the body.
-fn encode(desc: &Descriptor, compression: Compression, key: &str, scan: &LayerScan) -> Vec<u8> {
-    let targets: Vec<Value> = scan
-        .targets
-        .iter()
-        .map(|t| {
-            json!({
-                "path": t.path, "kind": kind_json(&t.kind), "mode": t.mode, "uid": t.uid,
-                "gid": t.gid, "uname": t.uname, "gname": t.gname, "mtime": t.mtime,
-                "content": b64(&t.content),
-            })
-        })
-        .collect();
-    let files: BTreeMap<&String, String> = scan.files.iter().map(|(p, c)| (p, b64(c))).collect();
-    let body = json!({
-        "format": FORMAT,
-        "layer": desc.digest,
-        "size": desc.size,
-        "compression": compression_name(compression),
-        "key": key,
-        "scan": {
-            "digest": scan.digest,
-            "targets": targets,
-            "pycs": scan.pycs,
-            "files": files,
-            "whiteouts": scan.whiteouts,
-            "opaques": scan.opaques,
-            "index": scan.index_keys(),
-            "links": scan.links.iter().map(|(k, t)| json!([k, t])).collect::<Vec<_>>(),
-            "dirs": scan.dirs,
-            "pythons": scan.pythons,
-            "refusal": scan.refusal,
-            "kept": scan.kept,
-            "compressed_bytes": scan.compressed_bytes,
-        },
-    })
-    .to_string();
-    let sum = crate::digest::sha256(body.as_bytes());
-    format!("{sum}\n{body}").into_bytes()
-}
-
-/// An entry's body, once its checksum, format, layer and key are those of this scan.
-fn open_entry(
-    bytes: &[u8],
-    desc: &Descriptor,
-    compression: Compression,
-    key: &str,
-) -> Result<Value, String> {
-    let newline = bytes
-        .iter()
-        .position(|b| *b == b'\n')
-        .ok_or("no checksum line")?;
-    let (sum, body) = (&bytes[..newline], &bytes[newline + 1..]);
-    if sum != crate::digest::sha256(body).as_bytes() {
-        return Err("its checksum does not match its content".into());
-    }
-    let v: Value = serde_json::from_slice(body).map_err(|_| "body is not JSON".to_owned())?;
-    if v["format"].as_u64() != Some(FORMAT) {
-        return Err(format!("format {} is not {FORMAT}", v["format"]));
-    }
-    if v["layer"].as_str() != Some(desc.digest.as_str())
-        || v["size"].as_u64() != Some(desc.size)
-        || v["compression"].as_str() != Some(compression_name(compression))
-    {
-        return Err(format!("it belongs to layer {}", v["layer"]));
-    }
-    if v["key"].as_str() != Some(key) {
-        return Err("it was made for another patch".into());
-    }
-    Ok(v)
-}
-
-fn bad(what: &str) -> String {
-    format!("malformed {what}")
-}
-
-fn text(x: &Value, what: &str) -> Result<String, String> {
-    x.as_str().map(str::to_owned).ok_or_else(|| bad(what))
-}
-
-fn num(x: &Value, what: &str) -> Result<u64, String> {
-    x.as_u64().ok_or_else(|| bad(what))
-}
-
-fn unb64(x: &Value, what: &str) -> Result<Vec<u8>, String> {
-    base64::engine::general_purpose::STANDARD
-        .decode(x.as_str().ok_or_else(|| bad(what))?)
-        .map_err(|_| bad(what))
-}
-
-fn strings(x: &Value, what: &str) -> Result<Vec<String>, String> {
-    x.as_array()
-        .ok_or_else(|| bad(what))?
-        .iter()
-        .map(|e| text(e, what))
-        .collect()
-}
-
-/// The kept entries of wanted files.
-fn targets_of(s: &Value) -> Result<Vec<FileEntry>, String> {
-    let mut targets = Vec::new();
-    for t in s["targets"].as_array().ok_or_else(|| bad("targets"))? {
-        let k = t["kind"].as_object().ok_or_else(|| bad("kind"))?;
-        let kind = match k.iter().next() {
-            Some((n, _)) if n == "regular" => EntryKind::Regular,
-            Some((n, x)) if n == "symlink" => EntryKind::Symlink(text(x, "kind")?),
-            Some((n, x)) if n == "hardlink" => EntryKind::Hardlink(text(x, "kind")?),
-            Some((n, x)) if n == "other" => EntryKind::Other(text(x, "kind")?),
-            _ => return Err(bad("kind")),
-        };
-        let opt = |x: &Value| x.as_str().map(str::to_owned);
-        targets.push(FileEntry {
-            path: text(&t["path"], "path")?,
-            kind,
-            mode: u32::try_from(num(&t["mode"], "mode")?).map_err(|_| bad("mode"))?,
-            uid: num(&t["uid"], "uid")?,
-            gid: num(&t["gid"], "gid")?,
-            uname: opt(&t["uname"]),
-            gname: opt(&t["gname"]),
-            mtime: num(&t["mtime"], "mtime")?,
-            content: Arc::new(unb64(&t["content"], "content")?),
-        });
-    }
-    Ok(targets)
-}
-
-/// A sorted list of numbers (an index of hashed paths); absent: empty.
-fn sorted_keys(x: &Value, what: &str) -> Result<Vec<u64>, String> {
-    let keys: Vec<u64> = x
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(|k| num(k, what))
-        .collect::<Result<_, _>>()?;
-    keys.windows(2)
-        .all(|w| w[0] <= w[1])
-        .then_some(keys)
-        .ok_or_else(|| bad(what))
-}
-
-/// Reads an entry back; `Err` names why it cannot be trusted for this layer and key.
-fn decode(
-    bytes: &[u8],
-    desc: &Descriptor,
-    compression: Compression,
-    key: &str,
-) -> Result<LayerScan, String> {
-    let v = open_entry(bytes, desc, compression, key)?;
-    let s = &v["scan"];
-    let targets = targets_of(s)?;
-    let mut files = BTreeMap::new();
-    for (p, c) in s["files"].as_object().ok_or_else(|| bad("files"))? {
-        files.insert(p.clone(), Arc::new(unb64(c, "files")?));
-    }
-    let compressed_bytes = num(&s["compressed_bytes"], "compressed_bytes")?;
-    if compressed_bytes != desc.size || s["digest"].as_str() != Some(desc.digest.as_str()) {
-        return Err(bad("layer fields"));
-    }
-    let kept = num(&s["kept"], "kept")?;
-    let index = sorted_keys(&s["index"], "index")?;
-    let refusal = match &s["refusal"] {
-        Value::Null => None,
-        r => Some(text(r, "refusal")?),
-    };
-    let mut scan = LayerScan::default();
-    scan.digest = desc.digest.clone();
-    scan.targets = targets;
-    scan.pycs = strings(&s["pycs"], "pycs")?.into_iter().collect();
-    scan.files = files;
-    scan.whiteouts = strings(&s["whiteouts"], "whiteouts")?.into_iter().collect();
-    scan.opaques = strings(&s["opaques"], "opaques")?.into_iter().collect();
-    scan.set_index_keys(index);
-    // What a scan for exact paths keeps to resolve links (scan::links).
-    for pair in s["links"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        scan.links
-            .insert(num(&pair[0], "links")?, text(&pair[1], "links")?);
-    }
-    scan.dirs = sorted_keys(&s["dirs"], "dirs")?;
-    for m in s["pythons"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
-        scan.pythons
-            .insert(u32::try_from(num(m, "pythons")?).map_err(|_| bad("pythons"))?);
-    }
-    scan.refusal = refusal;
-    scan.kept = kept;
-    scan.compressed_bytes = compressed_bytes;
-    Ok(scan)
-}
+#[cfg(test)]
+use entry::encode;
+use entry::{compression_name, decode, encode_to, FORMAT, MAX_ENTRY_BYTES};
 
 #[cfg(test)]
 mod tests;

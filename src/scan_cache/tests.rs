@@ -1,4 +1,9 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
 use super::*;
+use crate::scan::{EntryKind, FileEntry};
 
 fn desc() -> Descriptor {
     Descriptor::from_json(
@@ -92,7 +97,11 @@ fn an_edited_or_truncated_entry_is_refused() {
 fn a_scan_of_any_size_a_layer_may_keep_is_cached() {
     let dir = tempfile::tempdir().expect("tmp");
     let cache = ScanCache::at(false, Some(dir.path().to_path_buf()));
-    let (d, w) = (desc(), wanted("vllm/x.py"));
+    let d = desc();
+    let w = Wanted {
+        dists: true,
+        ..wanted("vllm/x.py")
+    };
     let mut big = scan();
     // A torch-sized RECORD, and more: well past what entries were once limited to.
     big.files.insert(
@@ -107,6 +116,11 @@ fn a_scan_of_any_size_a_layer_may_keep_is_cached() {
     let mut d2 = d.clone();
     d2.digest = format!("sha256:{}", "cd".repeat(32));
     assert!(cache.load(&d2, Compression::Gzip, &w).is_none());
+    // Megabytes kept by a scan that is not for distributions (a crafted layer's copies of a
+    // target) are read again.
+    let plain = wanted("vllm/x.py");
+    cache.store(&d, Compression::Gzip, &plain, &big);
+    assert!(cache.load(&d, Compression::Gzip, &plain).is_none());
 }
 
 #[test]

@@ -622,7 +622,7 @@ fn layer_gets_in(log: &str, layers: &std::collections::BTreeSet<String>) -> Vec<
 }
 
 fn cache_entries(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("v2"))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("v3"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     v.retain(|p| p.extension().is_some_and(|e| e == "json"));
