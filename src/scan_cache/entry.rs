@@ -41,26 +41,6 @@ fn kind_json(k: &EntryKind) -> Value {
     }
 }
 
-/// A writer that hashes and counts what passes through it.
-struct Hashing<'a> {
-    inner: &'a mut dyn std::io::Write,
-    hasher: sha2::Sha256,
-    len: u64,
-}
-
-impl std::io::Write for Hashing<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        sha2::Digest::update(&mut self.hasher, &buf[..n]);
-        self.len += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 fn json_to(w: &mut dyn std::io::Write, v: &impl serde::Serialize) -> std::io::Result<()> {
     serde_json::to_writer(w, v).map_err(std::io::Error::other)
 }
@@ -87,11 +67,7 @@ pub(super) fn encode_to(
     key: &str,
     scan: &LayerScan,
 ) -> std::io::Result<()> {
-    let mut h = Hashing {
-        inner: out,
-        hasher: sha2::Digest::new(),
-        len: 0,
-    };
+    let mut h = crate::digest::HashingWriter::new(out);
     let w: &mut dyn std::io::Write = &mut h;
     write!(w, "{{\"format\":{FORMAT},\"layer\":")?;
     json_to(w, &desc.digest)?;
@@ -142,13 +118,13 @@ pub(super) fn encode_to(
     w.write_all(b"},")?;
     w.write_all(&rest.as_bytes()[1..])?;
     w.write_all(b"}")?;
-    let (len, sum) = (h.len, crate::digest::finish(h.hasher));
+    let (out, sum, len) = h.finish();
     if len > MAX_ENTRY_BYTES {
         return Err(std::io::Error::other(format!(
             "{len} bytes, more than an entry holds"
         )));
     }
-    write!(h.inner, "\n{sum}\n")
+    write!(out, "\n{sum}\n")
 }
 
 /// The entry as bytes (tests).
