@@ -237,6 +237,7 @@ pub async fn resolve(uv: &Uv, req: &Request) -> Result<Resolution, Error> {
         "--only-binary".to_owned(),
         ":all:".to_owned(),
     ];
+    common.extend(uv.python_args());
     common.extend(req.index_args.iter().cloned());
 
     let mut args: Vec<String> = ["pip", "install", "--dry-run", "--output-format", "json"]

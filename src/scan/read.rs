@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use flate2::read::MultiGzDecoder;
+use flate2::bufread::MultiGzDecoder;
 
 use super::keep::{keep_dist, mib, read_kept, Counts, Keeper, Stop};
 use super::overlay::{ancestors, index_key, LayerScan, NodeKind};
@@ -93,6 +93,9 @@ impl<R: Read> Read for Metered<R> {
     }
 }
 
+/// The buffer on each side of a gzip layer's inflate.
+const INFLATE_BUFFER: usize = 256 << 10;
+
 /// The tar stream inside a layer's compressed bytes: gzip (every member), zstd (every frame;
 /// skippable frames, as zstd:chunked writes them, are passed over), or none. `verify` and the
 /// scan read layers through this one choice.
@@ -101,7 +104,13 @@ pub fn decompress<'a, R: Read + 'a>(
     compression: Compression,
 ) -> io::Result<Box<dyn Read + 'a>> {
     Ok(match compression {
-        Compression::Gzip => Box::new(MultiGzDecoder::new(raw)),
+        // Buffers on both sides of the inflate: it then runs over large spans instead of the
+        // tar reader's 512-byte headers and 8 KiB copies (the scan of the bench's 1.6 GB
+        // layer took 12% less time).
+        Compression::Gzip => Box::new(io::BufReader::with_capacity(
+            INFLATE_BUFFER,
+            MultiGzDecoder::new(io::BufReader::with_capacity(INFLATE_BUFFER, raw)),
+        )),
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
         Compression::None => Box::new(raw),
     })

@@ -59,6 +59,15 @@ pub struct Wanted {
     pub dists: bool,
 }
 
+impl Wanted {
+    /// Whether a top-down scan for this reads every layer whatever it finds (only a refusal
+    /// ends it early): a walk for exact paths (links anywhere below may lead elsewhere) and
+    /// one for installed distributions. Such a scan may read its layers side by side.
+    pub fn reads_every_layer(&self) -> bool {
+        self.dists || !self.paths.is_empty()
+    }
+}
+
 /// The kind of a tar entry found at a wanted path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind {

@@ -3,9 +3,12 @@
 //! ([`Search`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::OnceCell;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use tokio::sync::{OnceCell, Semaphore};
 use tokio_util::io::SyncIoBridge;
 
 use crate::media::{layer_compression, Compression, Descriptor};
@@ -124,20 +127,53 @@ impl Layers {
         if wanted.targets.is_empty() && wanted.paths.is_empty() && !wanted.dists {
             return Ok(descent);
         }
+        // The layers down to the first one this tool cannot read, top first.
+        let mut readable = Vec::new();
         for (index, desc) in layers.iter().enumerate().rev() {
             let Some(compression) = layer_compression(&desc.media_type) else {
-                descent.refuse(format!(
-                    "layer {} has media type {:?}, which this tool cannot read",
-                    desc.digest, desc.media_type
-                ));
                 break;
             };
-            let layer = self
-                .layer(reg, repo, desc, compression, wanted, label)
-                .await?;
-            if descent.push(index, layer, hits_needed) {
+            readable.push((index, desc, compression));
+        }
+        // A scan that reads every layer anyway reads several at once (a small layer is not
+        // kept waiting behind a large one's inflate); one that may stop at a hit reads one at
+        // a time, so it never reads a layer below where it stops.
+        let width = if wanted.reads_every_layer() {
+            read_width()
+        } else {
+            1
+        };
+        let gate = Arc::new(Semaphore::new(width));
+        let mut reads: FuturesOrdered<_> = readable
+            .iter()
+            .map(|&(index, desc, compression)| {
+                let gate = gate.clone();
+                async move {
+                    // Permits are taken in the order the reads were queued (top first), and
+                    // given back when a read ends, not when its result is taken.
+                    let _slot = gate.acquire_owned().await;
+                    let layer = self
+                        .layer(reg, repo, desc, compression, wanted, label)
+                        .await;
+                    (index, layer)
+                }
+            })
+            .collect();
+        let mut stopped = false;
+        while let Some((index, layer)) = reads.next().await {
+            if descent.push(index, layer?, hits_needed) {
+                stopped = true;
                 break;
             }
+        }
+        // Dropping the reads still under way abandons them ([`Abandon`]).
+        drop(reads);
+        if !stopped && readable.len() < layers.len() {
+            let desc = &layers[layers.len() - 1 - readable.len()];
+            descent.refuse(format!(
+                "layer {} has media type {:?}, which this tool cannot read",
+                desc.digest, desc.media_type
+            ));
         }
         self.read_through_links(reg, repo, layers, &mut descent, label)
             .await?;
@@ -221,6 +257,7 @@ impl Layers {
                 let short = desc.digest.get(7..19).unwrap_or(&desc.digest);
                 let task = progress::start(format!("{label} {short}"), desc.size);
                 let counted = progress::Reader::new(SyncIoBridge::new(reader), task);
+                let (abandon, counted) = Abandon::guard(counted);
                 let (d, w, kept) = (desc.clone(), wanted.clone(), self.kept.clone());
                 let layer = tokio::task::spawn_blocking(move || {
                     scan::scan_layer(counted, &d, compression, &w, &kept)
@@ -231,6 +268,7 @@ impl Layers {
                     repo: repo.to_string(),
                     error,
                 })?;
+                abandon.disarm();
                 tracing::debug!(
                     "{label}: read layer {} ({} bytes)",
                     desc.digest,
@@ -245,5 +283,61 @@ impl Layers {
             tracing::debug!("{label}: layer {} already read in this run", desc.digest);
         }
         Ok(scan)
+    }
+}
+
+/// How many layers a scan that reads every layer reads at once: the cores, within 2..=4 (two
+/// already keep a small layer from waiting behind a large one; more only share the cores).
+fn read_width() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4))
+}
+
+/// Ends a layer read whose scan is no longer awaited (a read under way when the scan above it
+/// stopped): the blocking scan cannot be cancelled, so its reader fails at its next read
+/// instead of reading the rest of the layer for nobody.
+pub(super) struct Abandon {
+    flag: Arc<AtomicBool>,
+    armed: bool,
+}
+
+/// The reader side of [`Abandon`].
+pub(super) struct Abandonable<R> {
+    inner: R,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Abandon {
+    /// `reader`, failing once the returned guard is dropped before [`Abandon::disarm`].
+    pub(super) fn guard<R: Read>(reader: R) -> (Abandon, Abandonable<R>) {
+        let flag = Arc::new(AtomicBool::new(false));
+        let reader = Abandonable {
+            inner: reader,
+            abandoned: flag.clone(),
+        };
+        (Abandon { flag, armed: true }, reader)
+    }
+
+    /// The read ended: dropping the guard now abandons nothing.
+    pub(super) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if self.armed {
+            self.flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<R: Read> Read for Abandonable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "the layer read was abandoned: the scan stopped above it",
+            ));
+        }
+        self.inner.read(buf)
     }
 }

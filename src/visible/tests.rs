@@ -152,3 +152,23 @@ fn a_tree_without_a_scan_for_distributions_shows_none() {
     );
     assert!(Visible::new(&d, serde_json::json!({})).dists().is_empty());
 }
+
+#[test]
+fn a_layer_read_no_longer_awaited_fails_at_its_next_read_and_a_finished_one_never_does() {
+    use super::layers::Abandon;
+    let data = vec![7u8; 64];
+    let (guard, mut reader) = Abandon::guard(&data[..]);
+    let mut buf = [0u8; 16];
+    assert_eq!(reader.read(&mut buf).expect("read while awaited"), 16);
+    drop(guard);
+    let err = reader.read(&mut buf).expect_err("abandoned");
+    assert!(err.to_string().contains("abandoned"), "{err}");
+
+    let (guard, mut reader) = Abandon::guard(&data[..]);
+    guard.disarm();
+    let mut all = Vec::new();
+    reader
+        .read_to_end(&mut all)
+        .expect("read after the scan ended");
+    assert_eq!(all, data);
+}
