@@ -112,15 +112,16 @@ def patch_folder(work, index_url):
     return folder
 
 
-def rebuild_script(work, src, dst, index_url):
+def rebuild_script(work, src, dst, index_url, n=""):
     """q2 as a shell script: the rebuild a maintainer would run (tools this project did not write),
-    in a folder of its own (`quiet` empties it before the next run, outside the timing)."""
+    in a new folder for each run (removed with the scratch folder: a removal between runs would
+    leave the file system busy with it during the next one)."""
     uv = shutil.which("uv") or os.path.expanduser("~/.cache/runner-patch/lock-tools/bin/uv")
-    path = os.path.join(work, "rebuild.sh")
+    path = os.path.join(work, f"rebuild{n}.sh")
     with open(path, "w") as f:
         f.write(f"""set -euo pipefail
-mkdir -p {work}/rebuild
-cd {work}/rebuild
+mkdir -p {work}/rebuild{n}
+cd {work}/rebuild{n}
 skopeo copy -q --src-tls-verify=false docker://{src} oci:layout:t
 umoci unpack --image layout:t bundle
 UV_NO_CONFIG=1 {uv} pip install -q --no-cache --target bundle/rootfs/{SITE} \\
@@ -129,15 +130,6 @@ umoci repack --image layout:t bundle
 skopeo copy -q --dest-tls-verify=false oci:layout:t docker://{dst}
 """)
     return path
-
-
-def quiet(work):
-    """Before each timed run: the last rebuild's folder removed and every dirty page written, so
-    no run pays for the one before it (a 1.6 GB unpack is still being written back for seconds)."""
-    def prepare():
-        shutil.rmtree(os.path.join(work, "rebuild"), ignore_errors=True)
-        os.sync()
-    return prepare
 
 
 def median(rows):
@@ -197,25 +189,27 @@ def run(a, log, work):
             src = f"{addr}/{REPO}"
             common = ["--backend", "cuda", "--repository", src, "--patch", folder]
             # q1 and q2 in turns, each `repeat` times; the median of each is compared (one run
-            # of either can be slowed by the other processes of a small machine).
+            # of either can be slowed by the other processes of a small machine). Every timed
+            # run starts with dirty pages written (os.sync): a rebuild's 1.6 GB unpack is still
+            # being written back for seconds after it ends.
             q1s, q2s = [], []
             for i in range(1, a.repeat + 1):
                 n = "" if i == 1 else f"-{i}"
                 q1s.append(b.measure(f"q1{n}", "q1. runner-patch apply (requirements)", [
                     a.bin, "-v", "apply", *common, "--tag", TAG, "--tag-suffix", f"-q1{n}", "--no-cache",
-                    "--digest-map", os.path.join(work, f"q1{n}.json")], prepare=quiet(work)))
+                    "--digest-map", os.path.join(work, f"q1{n}.json")], prepare=os.sync))
                 q2s.append(b.measure(f"q2{n}", "q2. rebuild: skopeo, umoci, uv pip install --target, umoci, skopeo", [
-                    "bash", rebuild_script(work, f"{src}:{TAG}", f"{src}:{TAG}-q2{n}", index.url)],
-                    prepare=quiet(work)))
+                    "bash", rebuild_script(work, f"{src}:{TAG}", f"{src}:{TAG}-q2{n}", index.url, n)],
+                    prepare=os.sync))
             r["q1"], r["q2"] = median(q1s), median(q2s)
             scans = os.path.join(work, "scans")
             r["q3a"] = b.measure("q3a", "q3. runner-patch lock", [
-                a.bin, "-v", "lock", *common, "--tag", TAG, "--cache-dir", scans], prepare=quiet(work))
+                a.bin, "-v", "lock", *common, "--tag", TAG, "--cache-dir", scans], prepare=os.sync)
             r["q3b"] = b.measure("q3b", "q3. runner-patch apply --locked", [
                 a.bin, "-v", "apply", *common, "--tag", TAG, "--tag-suffix", "-q3", "--locked",
-                "--cache-dir", scans, "--digest-map", os.path.join(work, "q3.json")], prepare=quiet(work))
+                "--cache-dir", scans, "--digest-map", os.path.join(work, "q3.json")], prepare=os.sync)
             r["q4"] = b.measure("q4", "q4. runner-patch plan, the scan cache filled", [
-                a.bin, "-v", "plan", *common, "--tag", TAG, "--cache-dir", scans], prepare=quiet(work))
+                a.bin, "-v", "plan", *common, "--tag", TAG, "--cache-dir", scans], prepare=os.sync)
             tags = [f"cuda12.{m}-vllm0.27.{p}" for m in (8, 9) for p in (1, 2, 3, 4)]
             manifest = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
                                        f"docker://{src}:{TAG}"], capture_output=True, check=True).stdout
@@ -229,7 +223,7 @@ def run(a, log, work):
             r["q5"] = b.measure("q5", "q5. runner-patch apply, eight tags, --jobs 8", [
                 a.bin, "-v", "apply", "--backend", "cuda", "--repository", src, "--patch", folder,
                 *[x for t in tags for x in ("--tag", t)], "--tag-suffix", "-q5", "--jobs", "8", "--no-cache",
-                "--range-parallel", "1", "--digest-map", os.path.join(work, "q5.json")], prepare=quiet(work))
+                "--range-parallel", "1", "--digest-map", os.path.join(work, "q5.json")], prepare=os.sync)
         r["layers"] = all_layers
         r["reads"] = {k: layer_bytes(r[k], all_layers) for k in ("q1", "q3a", "q3b", "q4")}
         gets = get_counts(b.logfile, q5_start, all_layers)
