@@ -132,12 +132,19 @@ skopeo copy -q --dest-tls-verify=false oci:layout:t docker://{dst}
     return path
 
 
+def cpu(rows):
+    """Each run's CPU seconds: its own (user + sys), the registry's, and other processes'."""
+    return ", ".join(f"{x.get('user', 0) + x.get('sys', 0):.1f}/{x['registry_cpu']:.1f}/{x['other_cpu']:.1f}"
+                     for x in rows)
+
+
 def median(rows):
     """The row of median wall time (the lower middle of an even count), with every run's wall
     time and exit code kept beside it."""
     ranked = sorted(rows, key=lambda x: x["wall"])
     row = dict(ranked[(len(ranked) - 1) // 2])
     row["walls"] = [x["wall"] for x in rows]
+    row["cpus"] = cpu(rows)
     row["rc"] = next((x["rc"] for x in rows if x["rc"] != 0), 0)
     row["rss_kib"] = max(x.get("rss_kib", 0) for x in rows)
     return row
@@ -265,7 +272,9 @@ def report(r, machine):
         lines.append(f"| {label} | {row['wall']:.2f} s | {row.get('rss_kib', 0) / 1024:.1f} MiB | "
                      f"{B.fmt_bytes(layer_bytes(row, r['layers']))} | {B.fmt_bytes(row['down'])} | "
                      f"{B.fmt_bytes(row['up'])} |")
-    lines += ["", "| target | result | value |", "|---|---|---|"]
+    lines += ["", f"CPU seconds per run (its own / the registry's / other processes'): q1 {q1['cpus']}; "
+              f"q2 {q2['cpus']}.", ""]
+    lines += ["| target | result | value |", "|---|---|---|"]
     lines += [f"| {n} | {'PASS' if ok else 'FAIL'} | {v} |" for n, ok, v in targets]
     return "\n".join(lines) + "\n", targets
 

@@ -96,10 +96,12 @@ pub(crate) async fn plan_platform(
     };
     let search = Search::of(chosen());
     let label = format!("{tag} {platform}");
-    let descent = run
-        .layers
-        .scan_down(&run.reg, repo, &layers, &search, 1, &label)
-        .await?;
+    let (descent, ()) = tokio::join!(
+        run.layers
+            .scan_down(&run.reg, repo, &layers, &search, 1, &label),
+        run.resolver.warm(chosen()),
+    );
+    let descent = descent?;
     if let Some(why) = &descent.refusal {
         let mut p = PlatformPlan::refused(platform, manifest, why.clone());
         p.layers_scanned = descent.layers_scanned;

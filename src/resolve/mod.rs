@@ -164,6 +164,16 @@ impl Resolver {
         answer
     }
 
+    /// Finds uv (and the interpreter it picks) ahead of the first answer, when `patches` hold
+    /// requirement lines and uv may be asked: the planner runs this beside the layer scan,
+    /// whose seconds cover it. What it finds, an error included, is what the answer uses.
+    pub async fn warm<'p>(&self, mut patches: impl Iterator<Item = &'p Patch>) {
+        let lines = |p: &Patch| p.kind().describe().fields.contains_key("requirements");
+        if self.mode != Mode::Locked && patches.any(lines) {
+            self.uv.get_or_init(|| Uv::find(self.idle)).await;
+        }
+    }
+
     async fn answer_from_uv(&self, req: &Request) -> Result<Resolution, Error> {
         if let Some(a) = self.answers.lock().await.get(req) {
             return a.clone();
