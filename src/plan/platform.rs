@@ -71,16 +71,7 @@ pub(crate) async fn plan_platform(
         config: config_desc,
         layers,
     } = image::Manifest::parse(&manifest, &what)?;
-    let config = run
-        .reg
-        .blob_get_small(repo, &config_desc, media::CONFIG_MAX_BYTES)
-        .await?;
-    let config_json: Value = serde_json::from_slice(&config).map_err(|e| {
-        Error::Image(format!(
-            "config {} of {what} is not JSON: {e}",
-            config_desc.digest
-        ))
-    })?;
+    let (config, config_json) = config_of(run, repo, &config_desc, &what).await?;
     let platform = if platform.is_empty() {
         platform_from_config(&config_json)
     } else {
@@ -138,6 +129,22 @@ pub(crate) async fn plan_platform(
     plan.bytes_scanned = descent.bytes_scanned;
     finish(&mut plan, &original, stack)?;
     Ok(plan)
+}
+
+/// The image's config: its bytes as served (bounded) and their JSON.
+async fn config_of(
+    run: &Run,
+    repo: &Repo,
+    desc: &media::Descriptor,
+    what: &str,
+) -> Result<(Vec<u8>, Value), Error> {
+    let config = run
+        .reg
+        .blob_get_small(repo, desc, media::CONFIG_MAX_BYTES)
+        .await?;
+    let json = serde_json::from_slice(&config)
+        .map_err(|e| Error::Image(format!("config {} of {what} is not JSON: {e}", desc.digest)))?;
+    Ok((config, json))
 }
 
 /// The run's patches as they stand on this platform: requirement lines become a lock for it
