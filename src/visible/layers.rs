@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{oneshot, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio_util::io::SyncIoBridge;
 
 use crate::media::{layer_compression, Compression, Descriptor};
@@ -135,39 +135,30 @@ impl Layers {
             };
             readable.push((index, desc, compression));
         }
-        // A scan that reads every layer anyway reads several at once (a small layer is not
-        // kept waiting behind a large one's inflate); one that may stop at a hit reads one at
-        // a time, so it never reads a layer below where it stops.
-        let width = if wanted.reads_every_layer() {
-            read_width()
+        let stopped = if wanted.reads_every_layer() {
+            self.read_side_by_side(
+                reg,
+                repo,
+                &readable,
+                wanted,
+                &mut descent,
+                hits_needed,
+                label,
+            )
+            .await?
         } else {
-            1
-        };
-        let gate = Arc::new(Semaphore::new(width));
-        let mut reads: FuturesOrdered<_> = readable
-            .iter()
-            .map(|&(index, desc, compression)| {
-                let gate = gate.clone();
-                async move {
-                    // Permits are taken in the order the reads were queued (top first), and
-                    // given back when a read ends, not when its result is taken.
-                    let _slot = gate.acquire_owned().await;
-                    let layer = self
-                        .layer(reg, repo, desc, compression, wanted, label)
-                        .await;
-                    (index, layer)
+            let mut stopped = false;
+            for &(index, desc, compression) in &readable {
+                let layer = self
+                    .layer(reg, repo, desc, compression, wanted, label)
+                    .await?;
+                if descent.push(index, layer, hits_needed) {
+                    stopped = true;
+                    break;
                 }
-            })
-            .collect();
-        let mut stopped = false;
-        while let Some((index, layer)) = reads.next().await {
-            if descent.push(index, layer?, hits_needed) {
-                stopped = true;
-                break;
             }
-        }
-        // Dropping the reads still under way abandons them ([`Abandon`]).
-        drop(reads);
+            stopped
+        };
         if !stopped && readable.len() < layers.len() {
             let desc = &layers[layers.len() - 1 - readable.len()];
             descent.refuse(format!(
@@ -178,6 +169,68 @@ impl Layers {
         self.read_through_links(reg, repo, layers, &mut descent, label)
             .await?;
         Ok(descent)
+    }
+
+    /// Reads `readable` (top first) for a scan that reads every layer anyway, up to one layer
+    /// per core at once ([`read_width`]), largest first: the largest layer's inflate is the
+    /// scan's longest part, so it starts at once and the others fit beside it. The scans are
+    /// laid over each other top first, as they would be read one by one; a read still under
+    /// way when that stops (a refusal) is abandoned ([`Abandon`]). Whether it stopped.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_side_by_side(
+        &self,
+        reg: &Registry,
+        repo: &Repo,
+        readable: &[(usize, &Descriptor, Compression)],
+        wanted: &Wanted,
+        descent: &mut Descent,
+        hits_needed: usize,
+        label: &str,
+    ) -> Result<bool, Error> {
+        let mut turns = Vec::with_capacity(readable.len());
+        let mut reads: FuturesOrdered<_> = readable
+            .iter()
+            .map(|&(index, desc, compression)| {
+                let (give, turn) = oneshot::channel::<OwnedSemaphorePermit>();
+                turns.push((desc.size, give));
+                async move {
+                    // The turn is held until the read ends, not until its result is taken.
+                    let _turn = turn.await;
+                    let layer = self
+                        .layer(reg, repo, desc, compression, wanted, label)
+                        .await;
+                    (index, layer)
+                }
+            })
+            .collect();
+        // Stable: layers of one size keep their order, top first.
+        turns.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
+        let giver = tokio::spawn(async move {
+            let gate = Arc::new(Semaphore::new(read_width()));
+            for (_, give) in turns {
+                let Ok(turn) = gate.clone().acquire_owned().await else {
+                    return;
+                };
+                // A read no longer awaited: its turn comes straight back.
+                let _ = give.send(turn);
+            }
+        });
+        let mut stopped = false;
+        while let Some((index, layer)) = reads.next().await {
+            let layer = match layer {
+                Ok(l) => l,
+                Err(e) => {
+                    giver.abort();
+                    return Err(e);
+                }
+            };
+            if descent.push(index, layer, hits_needed) {
+                stopped = true;
+                break;
+            }
+        }
+        giver.abort();
+        Ok(stopped)
     }
 
     /// The second read of a walk for exact paths: each file reached through a link, at a path
