@@ -15,19 +15,22 @@ RECORD, INSTALLER; three of them with torch-sized RECORDs of 20,000 rows, about 
 `bench-new==1.0`.
 
 Routes, each under /usr/bin/time -v, traffic from the registry's access log:
+  q0. the floor: every layer blob fetched by curl and inflated to /dev/null by the fastest
+      decoder here (igzip, else pigz, else gzip), all at once;
   q1. `runner-patch apply` of the requirements patch (no scan cache): wall time, peak RSS,
       layer bytes read;
   q2. the rebuild: `skopeo copy` to an OCI layout, `umoci unpack`, `uv pip install --target
       <the image's dist-packages> --python-platform x86_64-manylinux_2_36 --python-version 3.11`
       of the same lines from the same index, `umoci repack`, `skopeo copy` back as a new tag;
-      q1 and q2 run in turns, each --repeat times (3), and their medians are compared (peak
-      RSS: the highest of q1's runs);
+      q0, q1 and q2 run in turns, each --repeat times (3), and their medians are compared
+      (peak RSS: the highest of q1's runs);
   q3. `runner-patch lock` then `apply --locked` with one scan cache: layer bytes each read;
   q4. `plan` again with that cache: layer blobs read;
   q5. the fleet: the image under eight tags, `apply --jobs 8 --no-cache` of all of them: blob
       reads made against distinct blobs read.
-Targets: q1 at least 10x faster than q2; q1's peak RSS under 100 MiB; `apply --locked` reads
-under 5% of the layer bytes `lock` read; q4 reads no layer blob; q5 reads each blob once.
+Targets: q1 at least 10x faster than q2; q1 within 1.5x of the floor; q1's peak RSS under
+100 MiB; `apply --locked` reads under 5% of the layer bytes `lock` read; q4 reads no layer
+blob; q5 reads each blob once.
 """
 
 import argparse
@@ -138,6 +141,17 @@ def cpu(rows):
                      for x in rows)
 
 
+def floor_script(work, addr, digests, decoder):
+    """q0 as a shell script: each layer blob GET by curl and inflated to /dev/null, all at once."""
+    path = os.path.join(work, "floor.sh")
+    with open(path, "w") as f:
+        f.write("set -u -o pipefail\npids=()\n")
+        for d in digests:
+            f.write(f"(curl -sSf http://{addr}/v2/{REPO}/blobs/{d} | {decoder} -dc > /dev/null) & pids+=($!)\n")
+        f.write('for p in "${pids[@]}"; do wait "$p" || exit 1; done\n')
+    return path
+
+
 def median(rows):
     """The row of median wall time (the lower middle of an even count), with every run's wall
     time and exit code kept beside it."""
@@ -199,9 +213,16 @@ def run(a, log, work):
             # of either can be slowed by the other processes of a small machine). Every timed
             # run starts with dirty pages written (os.sync): a rebuild's 1.6 GB unpack is still
             # being written back for seconds after it ends.
-            q1s, q2s = [], []
+            # q0, the floor, in the same turns: every layer fetched by curl and inflated by the
+            # fastest decoder here, all at once (the scan reads them side by side).
+            decoder = next((d for d in ("igzip", "pigz", "gzip") if shutil.which(d)), None)
+            floor = floor_script(work, addr, sorted(all_layers), decoder) if decoder else None
+            q0s, q1s, q2s = [], [], []
             for i in range(1, a.repeat + 1):
                 n = "" if i == 1 else f"-{i}"
+                if floor:
+                    q0s.append(b.measure(f"q0{n}", f"q0. floor: curl \\| {decoder} -dc, every layer at once",
+                                         ["bash", floor], prepare=os.sync))
                 q1s.append(b.measure(f"q1{n}", "q1. runner-patch apply (requirements)", [
                     a.bin, "-v", "apply", *common, "--tag", TAG, "--tag-suffix", f"-q1{n}", "--no-cache",
                     "--digest-map", os.path.join(work, f"q1{n}.json")], prepare=os.sync))
@@ -209,6 +230,8 @@ def run(a, log, work):
                     "bash", rebuild_script(work, f"{src}:{TAG}", f"{src}:{TAG}-q2{n}", index.url, n)],
                     prepare=os.sync))
             r["q1"], r["q2"] = median(q1s), median(q2s)
+            if q0s:
+                r["q0"] = median(q0s)
             scans = os.path.join(work, "scans")
             r["q3a"] = b.measure("q3a", "q3. runner-patch lock", [
                 a.bin, "-v", "lock", *common, "--tag", TAG, "--cache-dir", scans], prepare=os.sync)
@@ -247,20 +270,24 @@ def report(r, machine):
     reads = r["reads"]
     locked_share = reads["q3b"] / max(reads["q3a"], 1)
     fleet = r["fleet"]
-    ok_all = all(r[k]["rc"] == 0 for k in ("q1", "q2", "q3a", "q3b", "q4", "q5"))
+    keys = [k for k in ("q0", "q1", "q2", "q3a", "q3b", "q4", "q5") if k in r]
+    ok_all = all(r[k]["rc"] == 0 for k in keys)
     targets = [
-        ("every route exits 0", ok_all, ", ".join(f"{k} {r[k]['rc']}" for k in ("q1", "q2", "q3a", "q3b", "q4", "q5"))),
+        ("every route exits 0", ok_all, ", ".join(f"{k} {r[k]['rc']}" for k in keys)),
         ("q1 >= 10x faster than the rebuild (q2)", speed >= 10,
          f"{speed:.1f}x (median {q1['wall']:.2f} s vs {q2['wall']:.2f} s; runs: "
          f"{', '.join(f'{w:.2f}' for w in q1['walls'])} s vs {', '.join(f'{w:.2f}' for w in q2['walls'])} s)"),
         ("q1 peak RSS < 100 MiB with 500 distributions", rss < 100, f"{rss:.1f} MiB"),
+        *([("q1 within 1.5x of the floor (q0)", q1["wall"] <= 1.5 * r["q0"]["wall"],
+            f"{q1['wall'] / r['q0']['wall']:.2f}x (median {q1['wall']:.2f} s vs {r['q0']['wall']:.2f} s; floor runs: "
+            f"{', '.join(f'{w:.2f}' for w in r['q0']['walls'])} s)")] if "q0" in r else []),
         ("apply --locked reads < 5% of lock's layer bytes", locked_share < 0.05,
          f"{B.fmt_bytes(reads['q3b'])} of {B.fmt_bytes(reads['q3a'])} ({locked_share:.1%})"),
         ("a second run with the scan cache reads no layer blob", reads["q4"] == 0, B.fmt_bytes(reads["q4"])),
         ("the fleet reads each distinct layer blob once", fleet["reads"] == fleet["distinct"],
          f"{fleet['reads']} reads of {fleet['distinct']} distinct blobs"),
     ]
-    rows = [(k, r[k]) for k in ("q1", "q2", "q3a", "q3b", "q4", "q5")]
+    rows = [(k, r[k]) for k in keys]
     lines = [
         "# Requirements route bench", "",
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}. Machine: {machine}.", "",
