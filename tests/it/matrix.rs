@@ -128,12 +128,6 @@ const PETIT_TAGS: [&str; 7] = [
     "rocm6.4-sglang0.5.5.post3",
 ];
 
-/// Every tag here is a copy of one image, so each patched platform is one manifest that
-/// several tags' provenance artifacts attach to; on a registry without the referrers API the
-/// referrers tag is read, extended and written back, which two tags at once can overwrite. The
-/// runner's tags are distinct images; one tag at a time keeps this test to what it checks.
-const JOBS: [&str; 2] = ["--jobs", "1"];
-
 /// The two-platform fixture (linux/amd64 and linux/arm64) every named tag is a copy of.
 const SOURCE: &str = "cuda12.9-vllm0.27.1";
 
@@ -276,7 +270,7 @@ fn the_nccl_matrix_plans_and_moves_exactly_its_eight_tags() {
     // apply: exactly the 8 tags move; every near miss serves the digest it served.
     let named_before = digests(&reg, &NCCL_TAGS);
     let near_before = digests(&reg, &near);
-    let run = base("apply").args(JOBS).run();
+    let run = base("apply").run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     for (tag, was) in &named_before {
         let now = served(&format!("{}:{tag}", reg.repo()));
@@ -424,7 +418,6 @@ fn platforms_outside_a_rule_keep_their_manifests_in_the_patched_index() {
         .arg("--matrix")
         .arg(&matrix)
         .patch(&patch)
-        .args(JOBS)
         .run();
     assert_eq!(run.code, 0, "{}", run.stderr);
     for tag in PETIT_TAGS {
