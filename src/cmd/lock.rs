@@ -13,7 +13,7 @@ pub fn run(g: &Global, a: &LockArgs) -> Result<Status> {
     let patches = runner_patch::patch::catalogue::resolve(&g.patch, g.patches_dir.as_deref())?;
     if !patches
         .iter()
-        .any(|p| p.kind().describe().fields.contains_key("requirements"))
+        .any(runner_patch::resolve::has_requirement_lines)
     {
         bail!("no patch of the run has requirement lines to lock (give --patch DIR, a wheels patch with requirements)");
     }

@@ -168,8 +168,7 @@ impl Resolver {
     /// requirement lines and uv may be asked: the planner runs this beside the layer scan,
     /// whose seconds cover it. What it finds, an error included, is what the answer uses.
     pub async fn warm<'p>(&self, mut patches: impl Iterator<Item = &'p Patch>) {
-        let lines = |p: &Patch| p.kind().describe().fields.contains_key("requirements");
-        if self.mode != Mode::Locked && patches.any(lines) {
+        if self.mode != Mode::Locked && patches.any(has_requirement_lines) {
             self.uv.get_or_init(|| Uv::find(self.idle)).await;
         }
     }
@@ -217,6 +216,12 @@ const EMPTY_LOCK: &str = "lock-version = \"1.0\"\ncreated-by = \"uv\"\n";
 
 /// The dry run's JSON schema version this tool reads (uv marks it a preview).
 const SCHEMA: &str = "preview";
+
+/// Whether `patch` holds requirement lines for uv to resolve (`lock` and the planner's
+/// early start of uv ask this before any image is read).
+pub fn has_requirement_lines(patch: &Patch) -> bool {
+    patch.kind().describe().fields.contains_key("requirements")
+}
 
 fn io_error(what: &str, e: std::io::Error) -> Error {
     Error(format!("cannot prepare uv's {what}: {e}"))
